@@ -1,0 +1,42 @@
+// Each subcommand lives in its own file and registers itself on the CLI11 app.
+// A command's callback stores its exit status in `exit_code`; errors are thrown
+// as qvl::Error and printed by main() as one line.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <string>
+
+namespace qvl::app {
+
+// Exit statuses, documented in the README.
+enum ExitCode : int {
+  kOk = 0,
+  kError = 1,        // bad input, missing model, I/O failure
+  kUsage = 2,        // wrong flags (CLI11)
+  kSomeFailed = 3,   // ocr: at least one file got an error record
+  kInterrupted = 130,
+};
+
+// Options shared by every command that loads the model.
+struct ModelOptions {
+  std::string model_dir;   // --model, else $QVL_MODEL, else models/Qwen3-VL-2B-Instruct
+  int threads = 0;         // 0: all cores
+  std::string dtype = "bf16";
+  std::string load = "lazy";
+  int64_t max_context = 4096;
+  int64_t min_pixels = 0;  // 0: from preprocessor_config.json
+  int64_t max_pixels = 0;
+  int64_t max_side = 0;
+  bool quiet = false;
+  bool verbose = false;
+};
+void add_model_options(CLI::App* cmd, ModelOptions& opts);
+// Resolves --model/$QVL_MODEL and checks the folder looks like a model; throws
+// qvl::Error with download instructions when it does not.
+std::string resolve_model_dir(const ModelOptions& opts);
+// Just the folder for commands that need only tokenizer/config files.
+std::string resolve_model_dir_for_files(const std::string& flag_value);
+
+void register_tokenize(CLI::App& app, int& exit_code);
+void register_preprocess(CLI::App& app, int& exit_code);
+
+}  // namespace qvl::app

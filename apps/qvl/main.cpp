@@ -1,0 +1,86 @@
+// qvl: ask questions about images with Qwen3-VL on a CPU.
+#include <fmt/core.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <sys/stat.h>
+
+#include "commands.h"
+#include "qvl/error.h"
+
+namespace qvl::app {
+
+static const char* kDefaultModelDir = "models/Qwen3-VL-2B-Instruct";
+
+void add_model_options(CLI::App* cmd, ModelOptions& o) {
+  cmd->add_option("--model", o.model_dir, "Model folder (default: $QVL_MODEL or models/Qwen3-VL-2B-Instruct)");
+  cmd->add_option("--threads", o.threads, "Worker threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--dtype", o.dtype, "Compute dtype")->check(CLI::IsMember({"bf16", "f32"}));
+  cmd->add_option("--load", o.load, "lazy: touch weights as layers first run; eager: load all first")
+      ->check(CLI::IsMember({"lazy", "eager"}));
+  cmd->add_option("--max-context", o.max_context, "Context limit in tokens")->check(CLI::PositiveNumber);
+  cmd->add_option("--min-pixels", o.min_pixels, "Smallest resized image area (default: preprocessor_config.json)");
+  cmd->add_option("--max-pixels", o.max_pixels, "Largest resized image area (default: preprocessor_config.json)");
+  cmd->add_option("--max-side", o.max_side, "Shortcut: largest resized area is max-side squared");
+  cmd->add_flag("-q,--quiet", o.quiet, "Print only results");
+  cmd->add_flag("-v,--verbose", o.verbose, "Print timings and counters on stderr");
+}
+
+static bool is_dir(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+static bool is_file(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string resolve_model_dir_for_files(const std::string& flag_value) {
+  std::string dir = flag_value;
+  if (dir.empty()) {
+    const char* env = std::getenv("QVL_MODEL");
+    dir = env && *env ? env : kDefaultModelDir;
+  }
+  if (!is_dir(dir))
+    throw Error(fmt::format(
+        "model folder '{}' not found. Download it with:  huggingface-cli download Qwen/Qwen3-VL-2B-Instruct "
+        "--local-dir {}   (or pass --model DIR / set QVL_MODEL)",
+        dir, kDefaultModelDir));
+  return dir;
+}
+
+std::string resolve_model_dir(const ModelOptions& opts) {
+  std::string dir = resolve_model_dir_for_files(opts.model_dir);
+  for (const char* f : {"config.json", "tokenizer.json"})
+    if (!is_file(dir + "/" + f))
+      throw Error(fmt::format("{}/{} is missing: the model folder is incomplete (download it again with "
+                              "huggingface-cli download Qwen/Qwen3-VL-2B-Instruct --local-dir {})",
+                              dir, f, dir));
+  if (!is_file(dir + "/model.safetensors") && !is_file(dir + "/model.safetensors.index.json"))
+    throw Error(fmt::format("{}: no model.safetensors or model.safetensors.index.json", dir));
+  return dir;
+}
+
+}  // namespace qvl::app
+
+int main(int argc, char** argv) {
+  using namespace qvl::app;
+  CLI::App app{"qvl - ask Qwen3-VL about images, on a CPU"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("qvl ") + QVL_VERSION);
+  int exit_code = kOk;
+  register_tokenize(app, exit_code);
+  register_preprocess(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const qvl::Error& e) {
+    fmt::print(stderr, "qvl: error: {}\n", e.what());
+    return kError;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "qvl: error: {}\n", e.what());
+    return kError;
+  }
+  return exit_code;
+}

@@ -1,0 +1,27 @@
+#include "qvl/decoder/torch_view.h"
+
+#include "qvl/error.h"
+
+namespace qvl {
+
+at::ScalarType to_scalar_type(DType t) {
+  switch (t) {
+    case DType::BF16: return at::kBFloat16;
+    case DType::F16: return at::kHalf;
+    case DType::F32: return at::kFloat;
+    case DType::F64: return at::kDouble;
+    case DType::I64: return at::kLong;
+    case DType::I32: return at::kInt;
+    case DType::I16: return at::kShort;
+    case DType::I8: return at::kChar;
+    case DType::U8: return at::kByte;
+    case DType::BOOL: return at::kBool;
+  }
+  throw Error("unknown dtype");
+}
+
+at::Tensor tensor_view(const TensorView& v) {
+  return at::from_blob(const_cast<uint8_t*>(v.data), v.shape, at::TensorOptions().dtype(to_scalar_type(v.dtype)));
+}
+
+}  // namespace qvl
