@@ -71,10 +71,14 @@ int main(int argc, char** argv) {
   int exit_code = kOk;
   register_tokenize(app, exit_code);
   register_preprocess(app, exit_code);
+  register_synth(app, exit_code);
+  register_export(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help/--version exit 0; every usage mistake exits kUsage, as documented.
+    const int code = app.exit(e);
+    return code == 0 ? kOk : kUsage;
   } catch (const qvl::Error& e) {
     fmt::print(stderr, "qvl: error: {}\n", e.what());
     return kError;
