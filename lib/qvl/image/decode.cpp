@@ -1,0 +1,105 @@
+#include "qvl/image/decode.h"
+
+#include <fcntl.h>
+#include <fmt/core.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "qvl/error.h"
+#include "qvl/image/format_decoders.h"
+#include "qvl/image/orientation.h"
+
+namespace qvl {
+namespace {
+
+bool starts_with(const uint8_t* data, size_t size, const char* magic, size_t n) {
+  return size >= n && std::memcmp(data, magic, n) == 0;
+}
+
+// Formats people will try that we do not read, so the error can say what the file is.
+const char* unsupported_format_name(const uint8_t* data, size_t size) {
+  if (starts_with(data, size, "GIF8", 4)) return "GIF";
+  if (starts_with(data, size, "RIFF", 4) && size >= 12 && std::memcmp(data + 8, "WEBP", 4) == 0) return "WebP";
+  if (starts_with(data, size, "BM", 2)) return "BMP";
+  if (starts_with(data, size, "II*\0", 4) || starts_with(data, size, "MM\0*", 4)) return "TIFF";
+  if (size >= 12 && std::memcmp(data + 4, "ftyp", 4) == 0) return "HEIF/AVIF";
+  return nullptr;
+}
+
+// Closes the descriptor on every path out of decode_image_file.
+struct FileDescriptor {
+  int fd;
+  ~FileDescriptor() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+namespace detail {
+void check_pixel_limit(int64_t width, int64_t height, const std::string& name, const ImageLimits& limits) {
+  if (width <= 0 || height <= 0)
+    throw Error(fmt::format("{}: image declares an empty size {}x{}", name, width, height));
+  // Compare by division so that absurd header values cannot overflow.
+  if (width > limits.max_pixels / height)
+    throw Error(fmt::format("{}: image is {}x{} = {} pixels, over the limit of {} pixels", name, width, height,
+                            width * height, limits.max_pixels));
+}
+}  // namespace detail
+
+ImageFormat detect_image_format(const uint8_t* data, size_t size) {
+  if (starts_with(data, size, "\x89PNG\r\n\x1a\n", 8)) return ImageFormat::Png;
+  if (starts_with(data, size, "\xFF\xD8\xFF", 3)) return ImageFormat::Jpeg;
+  return ImageFormat::Unknown;
+}
+
+const char* image_format_name(ImageFormat format) {
+  switch (format) {
+    case ImageFormat::Png: return "png";
+    case ImageFormat::Jpeg: return "jpeg";
+    default: return "unknown";
+  }
+}
+
+RgbImage decode_image(const uint8_t* data, size_t size, const std::string& name, const ImageLimits& limits) {
+  if (size == 0) throw Error(fmt::format("{}: file is empty (0 bytes), not an image", name));
+  int orientation = 1;
+  RgbImage image;
+  switch (detect_image_format(data, size)) {
+    case ImageFormat::Png: image = detail::decode_png(data, size, name, limits, &orientation); break;
+    case ImageFormat::Jpeg: image = detail::decode_jpeg(data, size, name, limits, &orientation); break;
+    default:
+      if (const char* other = unsupported_format_name(data, size))
+        throw Error(fmt::format("{}: {} images are not supported (only PNG and JPEG)", name, other));
+      throw Error(fmt::format("{}: not a PNG or JPEG image (unrecognized first bytes)", name));
+  }
+  return apply_orientation(std::move(image), orientation);
+}
+
+RgbImage decode_image_file(const std::string& path, const ImageLimits& limits) {
+  FileDescriptor file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (file.fd < 0) throw Error(fmt::format("{}: cannot open image: {}", path, std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(file.fd, &st) != 0) throw Error(fmt::format("{}: cannot stat image: {}", path, std::strerror(errno)));
+  if (!S_ISREG(st.st_mode)) throw Error(fmt::format("{}: not a regular file", path));
+  if (st.st_size > limits.max_file_bytes)
+    throw Error(fmt::format("{}: file is {} bytes, over the image file limit of {} bytes", path,
+                            int64_t(st.st_size), limits.max_file_bytes));
+  std::vector<uint8_t> bytes(size_t(st.st_size));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::read(file.fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw Error(fmt::format("{}: read failed: {}", path, std::strerror(errno)));
+    if (n == 0) break;  // the file shrank while we read it: decode what is there, truncation is caught below
+    done += size_t(n);
+  }
+  bytes.resize(done);
+  return decode_image(bytes.data(), bytes.size(), path, limits);
+}
+
+}  // namespace qvl

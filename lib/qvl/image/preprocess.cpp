@@ -1,0 +1,113 @@
+#include "qvl/image/preprocess.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "qvl/error.h"
+#include "qvl/image/resize.h"
+
+namespace qvl {
+namespace {
+
+constexpr int64_t kChannels = 3;
+constexpr int64_t kMaxAspectRatio = 200;
+
+void check_config(const PreprocessorConfig& cfg) {
+  if (cfg.patch_size <= 0 || cfg.merge_size <= 0 || cfg.temporal_patch_size <= 0)
+    throw Error(fmt::format("preprocessor: patch_size {}, merge_size {} and temporal_patch_size {} must be positive",
+                            cfg.patch_size, cfg.merge_size, cfg.temporal_patch_size));
+  for (int c = 0; c < 3; ++c)
+    if (!(cfg.image_std[c] != 0.0f))
+      throw Error(fmt::format("preprocessor: image_std[{}] is {}, it must be non-zero", c, cfg.image_std[c]));
+}
+
+}  // namespace
+
+ResizedSize smart_resize(int64_t height, int64_t width, int64_t factor, int64_t min_pixels, int64_t max_pixels) {
+  if (height <= 0 || width <= 0) throw Error(fmt::format("smart_resize: image size {}x{} is empty", width, height));
+  if (factor <= 0) throw Error(fmt::format("smart_resize: factor {} must be positive", factor));
+  if (min_pixels > max_pixels)
+    throw Error(fmt::format("smart_resize: min_pixels {} is larger than max_pixels {}", min_pixels, max_pixels));
+  if (std::max(height, width) > kMaxAspectRatio * std::min(height, width))
+    throw Error(fmt::format("image is {}x{}: aspect ratio {:.1f} is over the limit of {}", width, height,
+                            double(std::max(height, width)) / double(std::min(height, width)), kMaxAspectRatio));
+
+  // The reference computes in Python floats; nearbyint rounds half to even like Python's round().
+  const double h = double(height), w = double(width), f = double(factor);
+  int64_t h_bar = int64_t(std::nearbyint(h / f)) * factor;
+  int64_t w_bar = int64_t(std::nearbyint(w / f)) * factor;
+  if (h_bar * w_bar > max_pixels) {
+    const double beta = std::sqrt(h * w / double(max_pixels));
+    h_bar = std::max(factor, int64_t(std::floor(h / beta / f)) * factor);
+    w_bar = std::max(factor, int64_t(std::floor(w / beta / f)) * factor);
+  } else if (h_bar * w_bar < min_pixels) {
+    const double beta = std::sqrt(double(min_pixels) / (h * w));
+    h_bar = int64_t(std::ceil(h * beta / f)) * factor;
+    w_bar = int64_t(std::ceil(w * beta / f)) * factor;
+  }
+  return {h_bar, w_bar};
+}
+
+ImageGrid image_grid_for(int64_t height, int64_t width, const PreprocessorConfig& cfg) {
+  check_config(cfg);
+  const ResizedSize size =
+      smart_resize(height, width, cfg.patch_size * cfg.merge_size, cfg.min_pixels, cfg.max_pixels);
+  return ImageGrid{1, size.height / cfg.patch_size, size.width / cfg.patch_size};
+}
+
+std::vector<uint8_t> patchify_u8(const RgbImage& resized, const PreprocessorConfig& cfg, ImageGrid* grid) {
+  check_config(cfg);
+  const int64_t p = cfg.patch_size, m = cfg.merge_size, t = cfg.temporal_patch_size;
+  if (resized.width <= 0 || resized.height <= 0 || resized.width % (p * m) != 0 || resized.height % (p * m) != 0)
+    throw Error(fmt::format("patchify: image {}x{} is not a multiple of {} on both sides", resized.width,
+                            resized.height, p * m));
+  const ImageGrid g{1, resized.height / p, resized.width / p};
+  const int64_t patch_dim = kChannels * t * p * p;
+  std::vector<uint8_t> out(size_t(g.patches() * patch_dim));
+  uint8_t* row = out.data();
+  for (int64_t block_y = 0; block_y < g.h / m; ++block_y)
+    for (int64_t block_x = 0; block_x < g.w / m; ++block_x)
+      for (int64_t in_y = 0; in_y < m; ++in_y)
+        for (int64_t in_x = 0; in_x < m; ++in_x, row += patch_dim) {
+          const int64_t x0 = (block_x * m + in_x) * p, y0 = (block_y * m + in_y) * p;
+          uint8_t* dst = row;
+          for (int64_t c = 0; c < kChannels; ++c)
+            for (int64_t frame = 0; frame < t; ++frame)  // a still image is its own T frames
+              for (int64_t y = 0; y < p; ++y)
+                for (int64_t x = 0; x < p; ++x) *dst++ = resized.at(x0 + x, y0 + y)[c];
+        }
+  if (grid) *grid = g;
+  return out;
+}
+
+PatchifiedImage preprocess_image(const RgbImage& img, const PreprocessorConfig& cfg) {
+  check_config(cfg);
+  const ResizedSize size =
+      smart_resize(img.height, img.width, cfg.patch_size * cfg.merge_size, cfg.min_pixels, cfg.max_pixels);
+  const RgbImage resized = resize_bicubic_antialias(img, size.width, size.height);
+
+  PatchifiedImage result;
+  const std::vector<uint8_t> u8 = patchify_u8(resized, cfg, &result.grid);
+  result.resized_width = size.width;
+  result.resized_height = size.height;
+  result.patch_dim = kChannels * cfg.temporal_patch_size * cfg.patch_size * cfg.patch_size;
+
+  // Only 256 values per channel exist, so normalize through a table.
+  float table[kChannels][256];
+  for (int64_t c = 0; c < kChannels; ++c)
+    for (int v = 0; v < 256; ++v)
+      table[c][v] = (float(v) / 255.0f - cfg.image_mean[size_t(c)]) / cfg.image_std[size_t(c)];
+  // Channel c fills a contiguous run of T*P*P values in every row.
+  const size_t run = size_t(cfg.temporal_patch_size * cfg.patch_size * cfg.patch_size);
+  result.pixel_values.resize(u8.size());
+  for (size_t row = 0; row < u8.size(); row += size_t(result.patch_dim))
+    for (int64_t c = 0; c < kChannels; ++c) {
+      const size_t begin = row + size_t(c) * run;
+      for (size_t i = begin; i < begin + run; ++i) result.pixel_values[i] = table[c][u8[i]];
+    }
+  return result;
+}
+
+}  // namespace qvl
