@@ -1,0 +1,376 @@
+#include "qvl/text/tokenizer.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <array>
+#include <unordered_map>
+
+#include "qvl/error.h"
+#include "qvl/io/mapped_file.h"
+#include "qvl/text/tokenizer_json.h"
+#include "qvl/text/tokenizer_split.h"
+#include "qvl/text/unicode.h"
+
+namespace qvl {
+
+using nlohmann::json;
+
+namespace {
+
+// GPT-2's byte-level alphabet: each byte is spelled as a printable character
+// so that vocab entries are readable strings. Printable bytes stand for
+// themselves; the others take code points from U+0100 up, in byte order.
+class ByteAlphabet {
+ public:
+  ByteAlphabet() {
+    byte_of_char_.fill(-1);
+    int next_extra = 0;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+      char_of_byte_[b] = printable ? char32_t(b) : char32_t(256 + next_extra++);
+      byte_of_char_[char_of_byte_[b]] = static_cast<int16_t>(b);
+    }
+  }
+  char32_t char_of(uint8_t byte) const { return char_of_byte_[byte]; }
+  // The bytes a spelled token stands for; false if it uses a character
+  // outside the alphabet.
+  bool to_bytes(std::string_view spelled, std::string& bytes) const {
+    bytes.clear();
+    const char* end = spelled.data() + spelled.size();
+    for (const char* p = spelled.data(); p < end;) {
+      unicode::Utf8Step step = unicode::next_utf8(p, end);
+      if (step.status != unicode::Utf8Status::kOk || step.codepoint >= byte_of_char_.size() ||
+          byte_of_char_[step.codepoint] < 0)
+        return false;
+      bytes += static_cast<char>(byte_of_char_[step.codepoint]);
+      p += step.length;
+    }
+    return true;
+  }
+  std::string spell(std::string_view bytes) const {
+    std::string out;
+    for (unsigned char b : bytes) unicode::append_utf8(char_of(b), out);
+    return out;
+  }
+
+ private:
+  std::array<char32_t, 256> char_of_byte_{};
+  std::array<int16_t, 324> byte_of_char_{};  // 256 + the 68 non-printable bytes
+};
+
+const ByteAlphabet& byte_alphabet() {
+  static const ByteAlphabet alphabet;
+  return alphabet;
+}
+
+struct AddedToken {
+  std::string content;
+  TokenId id;
+};
+
+struct AddedMatch {
+  size_t start;  // text.size() when there is none
+  size_t length;
+  TokenId id;
+};
+
+enum TokenFlags : uint8_t { kKnown = 1, kSpecial = 2, kBpe = 4 };
+
+// Ids index flat arrays; a file asking for more is broken, not big.
+constexpr int64_t kMaxTokenId = 1 << 24;
+
+std::string describe(const json& j) {
+  std::string s = j.dump();
+  return s.size() > 200 ? s.substr(0, 200) + "..." : s;
+}
+
+}  // namespace
+
+struct Tokenizer::Impl {
+  std::unordered_map<std::string, TokenId> spelled_to_id;  // BPE vocab as spelled in the file
+  std::unordered_map<std::string, TokenId> added_to_id;
+  std::vector<std::string> bytes_of_id;
+  std::vector<uint8_t> flags_of_id;  // TokenFlags
+  BytePairEncoder bpe;
+  bool normalize_nfc = false;
+  // Added tokens by first byte, longest first, for leftmost-longest matching.
+  std::array<std::vector<AddedToken>, 256> added_by_first_byte;
+
+  AddedMatch find_added(std::string_view text, size_t from) const {
+    for (size_t i = from; i < text.size(); ++i) {
+      const auto& candidates = added_by_first_byte[static_cast<unsigned char>(text[i])];
+      for (const AddedToken& t : candidates)
+        if (text.compare(i, t.content.size(), t.content) == 0) return {i, t.content.size(), t.id};
+    }
+    return {text.size(), 0, -1};
+  }
+
+  // Text without added tokens: normalize, split into words, BPE each word.
+  void encode_plain(std::string_view text, std::vector<TokenId>& ids) const {
+    if (text.empty()) return;
+    std::string normalized;
+    if (normalize_nfc && !unicode::surely_nfc(text)) {
+      normalized = unicode::nfc(text);
+      text = normalized;
+    }
+    std::vector<std::string_view> words;
+    split_words(text, words);
+    BpeScratch scratch;
+    for (std::string_view word : words) bpe.encode_word(word, scratch, ids);
+  }
+
+  void load_vocab(const std::vector<std::pair<std::string, int64_t>>& vocab, const std::string& source);
+  void load_merges(const std::vector<std::pair<std::string, std::string>>& merges,
+                   const std::string& source);  // after the vocab
+  void load_added_tokens(const json& added, const std::string& source);
+
+  void set_token(TokenId id, std::string bytes, uint8_t flags) {
+    if (static_cast<size_t>(id) >= bytes_of_id.size()) {
+      bytes_of_id.resize(static_cast<size_t>(id) + 1);
+      flags_of_id.resize(static_cast<size_t>(id) + 1, 0);
+    }
+    bytes_of_id[id] = std::move(bytes);
+    flags_of_id[id] = flags;
+  }
+};
+
+namespace {
+
+const json& require(const json& j, const char* key, const std::string& where) {
+  auto it = j.find(key);
+  if (it == j.end()) throw Error(fmt::format("{}: missing \"{}\"", where, key));
+  return *it;
+}
+
+bool is_false_or_absent(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it == j.end() || it->is_null() || (it->is_boolean() && !it->get<bool>());
+}
+
+bool is_empty_or_absent(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it == j.end() || it->is_null() || (it->is_string() && it->get<std::string>().empty());
+}
+
+// The pipeline must be the one this file implements: anything else would
+// encode differently from the reference without any error.
+void check_pipeline(const json& root, const std::string& source, bool* normalize_nfc) {
+  const json normalizer = root.value("normalizer", json());
+  if (normalizer.is_null()) {
+    *normalize_nfc = false;
+  } else if (normalizer.value("type", "") == "NFC") {
+    *normalize_nfc = true;
+  } else {
+    throw Error(fmt::format("{}: unsupported normalizer {}", source, describe(normalizer)));
+  }
+
+  const json& pre = require(root, "pre_tokenizer", source);
+  bool pre_ok = pre.is_object() && pre.value("type", "") == "Sequence" && pre.contains("pretokenizers") &&
+                pre["pretokenizers"].is_array() && pre["pretokenizers"].size() == 2;
+  if (pre_ok) {
+    const json& split = pre["pretokenizers"][0];
+    const json& byte_level = pre["pretokenizers"][1];
+    pre_ok = split.value("type", "") == "Split" && split.contains("pattern") && split["pattern"].is_object() &&
+             split["pattern"].value("Regex", "") == kQwenSplitPattern && split.value("behavior", "") == "Isolated" &&
+             is_false_or_absent(split, "invert") && byte_level.value("type", "") == "ByteLevel" &&
+             is_false_or_absent(byte_level, "add_prefix_space") && is_false_or_absent(byte_level, "use_regex");
+  }
+  if (!pre_ok) throw Error(fmt::format("{}: unsupported pre_tokenizer {}", source, describe(pre)));
+
+  const json& decoder = require(root, "decoder", source);
+  if (!decoder.is_object() || decoder.value("type", "") != "ByteLevel")
+    throw Error(fmt::format("{}: unsupported decoder {}", source, describe(decoder)));
+
+  const json& model = require(root, "model", source);
+  if (model.value("type", "") != "BPE")
+    throw Error(fmt::format("{}: unsupported model type {}", source, describe(model.value("type", json()))));
+  for (const char* flag : {"byte_fallback", "ignore_merges", "fuse_unk"})
+    if (!is_false_or_absent(model, flag))
+      throw Error(fmt::format("{}: unsupported BPE option \"{}\": true", source, flag));
+  for (const char* affix : {"continuing_subword_prefix", "end_of_word_suffix"})
+    if (!is_empty_or_absent(model, affix))
+      throw Error(fmt::format("{}: unsupported BPE option \"{}\": {}", source, affix, describe(model[affix])));
+  if (model.contains("dropout") && !model["dropout"].is_null())
+    throw Error(fmt::format("{}: unsupported BPE dropout {}", source, describe(model["dropout"])));
+}
+
+}  // namespace
+
+void Tokenizer::Impl::load_vocab(const std::vector<std::pair<std::string, int64_t>>& vocab,
+                                 const std::string& source) {
+  if (vocab.empty()) throw Error(fmt::format("{}: model.vocab is missing or empty", source));
+  spelled_to_id.reserve(vocab.size());
+  std::string bytes;
+  for (const auto& [spelled, id64] : vocab) {
+    if (id64 >= kMaxTokenId)
+      throw Error(fmt::format("{}: vocab entry '{}' has id {}, too large", source, spelled, id64));
+    const auto id = static_cast<TokenId>(id64);
+    if (!byte_alphabet().to_bytes(spelled, bytes))
+      throw Error(fmt::format("{}: vocab entry '{}' (id {}) is not in the byte-level alphabet", source, spelled, id));
+    if (!spelled_to_id.emplace(spelled, id).second)
+      throw Error(fmt::format("{}: vocab entry '{}' appears twice", source, spelled));
+    set_token(id, bytes, kKnown | kBpe);
+  }
+}
+
+void Tokenizer::Impl::load_merges(const std::vector<std::pair<std::string, std::string>>& merges,
+                                  const std::string& source) {
+  auto id_of = [&](const std::string& spelled, size_t rank) {
+    auto it = spelled_to_id.find(spelled);
+    if (it == spelled_to_id.end())
+      throw Error(fmt::format("{}: merge #{} needs '{}', which is not in the vocab", source, rank, spelled));
+    return it->second;
+  };
+  std::vector<BpeMerge> ranked;
+  ranked.reserve(merges.size());
+  std::string joined;
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const auto& [left, right] = merges[rank];
+    joined.assign(left).append(right);
+    ranked.push_back({id_of(left, rank), id_of(right, rank), id_of(joined, rank)});
+  }
+
+  std::array<TokenId, 256> byte_tokens{};
+  for (int b = 0; b < 256; ++b) {
+    std::string spelled;
+    unicode::append_utf8(byte_alphabet().char_of(static_cast<uint8_t>(b)), spelled);
+    auto it = spelled_to_id.find(spelled);
+    if (it == spelled_to_id.end())
+      throw Error(fmt::format("{}: the vocab has no token for byte 0x{:02X} ('{}')", source, b, spelled));
+    byte_tokens[b] = it->second;
+  }
+  bpe = BytePairEncoder(byte_tokens, ranked);
+}
+
+void Tokenizer::Impl::load_added_tokens(const json& added, const std::string& source) {
+  if (added.is_null()) return;
+  if (!added.is_array()) throw Error(fmt::format("{}: added_tokens is not an array", source));
+  std::string bytes;
+  for (const json& a : added) {
+    const std::string where = fmt::format("{}: added token {}", source, describe(a));
+    const json& id_json = require(a, "id", where);
+    const json& content_json = require(a, "content", where);
+    if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 || id_json.get<int64_t>() >= kMaxTokenId ||
+        !content_json.is_string() || content_json.get<std::string>().empty())
+      throw Error(where + ": needs a non-negative id and non-empty content");
+    for (const char* flag : {"lstrip", "rstrip", "single_word"})
+      if (!is_false_or_absent(a, flag)) throw Error(fmt::format("{}: unsupported option \"{}\"", where, flag));
+    const TokenId id = id_json.get<TokenId>();
+    const std::string& content = content_json.get_ref<const std::string&>();
+    if (!unicode::is_valid_utf8(content)) throw Error(where + ": content is not valid UTF-8");
+    // The byte-level decoder reads a token through the alphabet when it can,
+    // and takes it literally otherwise.
+    if (!byte_alphabet().to_bytes(content, bytes)) bytes = content;
+    set_token(id, bytes, kKnown | (a.value("special", false) ? kSpecial : 0));
+    added_to_id[content] = id;
+  }
+  for (const auto& [content, id] : added_to_id)
+    added_by_first_byte[static_cast<unsigned char>(content[0])].push_back({content, id});
+  for (auto& candidates : added_by_first_byte)
+    std::sort(candidates.begin(), candidates.end(),
+              [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
+}
+
+Tokenizer Tokenizer::parse(const std::string& json_text, const std::string& source) {
+  const TokenizerJson file = read_tokenizer_json(json_text, source);
+  if (!file.settings.is_object()) throw Error(fmt::format("{}: not a JSON object", source));
+  auto impl = std::make_shared<Impl>();
+  try {
+    check_pipeline(file.settings, source, &impl->normalize_nfc);
+    impl->load_vocab(file.vocab, source);
+    impl->load_merges(file.merges, source);
+    impl->load_added_tokens(file.settings.value("added_tokens", json()), source);
+  } catch (const json::exception& e) {  // a field of the wrong JSON type
+    throw Error(fmt::format("{}: unexpected content: {}", source, e.what()));
+  }
+  return Tokenizer(std::move(impl));
+}
+
+Tokenizer Tokenizer::load(const std::string& tokenizer_json_path) {
+  return parse(read_text_file(tokenizer_json_path), tokenizer_json_path);
+}
+
+Tokenizer Tokenizer::load_from_model_dir(const std::string& dir) {
+  const std::string path = dir + "/tokenizer.json";
+  std::string text;
+  try {
+    text = read_text_file(path);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{} is missing or unreadable ({}): the model folder needs the tokenizer.json of "
+                            "Qwen/Qwen3-VL-2B-Instruct",
+                            path, e.what()));
+  }
+  return parse(text, path);
+}
+
+std::vector<TokenId> Tokenizer::encode(std::string_view text) const {
+  const size_t bad = unicode::find_invalid_utf8(text);
+  if (bad != std::string_view::npos)
+    throw Error(fmt::format("cannot tokenize: the text is not valid UTF-8 (byte {} of {}: 0x{:02X})", bad,
+                            text.size(), static_cast<unsigned char>(text[bad])));
+  std::vector<TokenId> ids;
+  ids.reserve(text.size() / 3 + 1);
+  for (size_t pos = 0; pos < text.size();) {
+    const AddedMatch match = impl_->find_added(text, pos);
+    impl_->encode_plain(text.substr(pos, match.start - pos), ids);
+    if (match.id < 0) break;
+    ids.push_back(match.id);
+    pos = match.start + match.length;
+  }
+  return ids;
+}
+
+std::string Tokenizer::decode(const std::vector<TokenId>& ids, bool skip_special) const {
+  std::string bytes;
+  for (TokenId id : ids) {
+    if (skip_special && is_special(id)) continue;
+    bytes += token_bytes(id);
+  }
+  return unicode::lossy_utf8(bytes);
+}
+
+TokenId Tokenizer::token_to_id(std::string_view token) const {
+  const std::string key(token);
+  if (auto it = impl_->added_to_id.find(key); it != impl_->added_to_id.end()) return it->second;
+  if (auto it = impl_->spelled_to_id.find(key); it != impl_->spelled_to_id.end()) return it->second;
+  return -1;
+}
+
+std::string Tokenizer::id_to_token(TokenId id) const {
+  if (id < 0 || static_cast<size_t>(id) >= impl_->bytes_of_id.size() || !(impl_->flags_of_id[id] & kKnown))
+    return "";
+  if (impl_->flags_of_id[id] & kBpe) return byte_alphabet().spell(impl_->bytes_of_id[id]);
+  for (const auto& [content, added_id] : impl_->added_to_id)
+    if (added_id == id) return content;
+  return "";
+}
+
+std::string_view Tokenizer::token_bytes(TokenId id) const {
+  if (id < 0 || static_cast<size_t>(id) >= impl_->bytes_of_id.size()) return {};
+  return impl_->bytes_of_id[id];
+}
+
+bool Tokenizer::is_special(TokenId id) const {
+  return id >= 0 && static_cast<size_t>(id) < impl_->flags_of_id.size() && (impl_->flags_of_id[id] & kSpecial);
+}
+
+size_t Tokenizer::vocab_size() const { return impl_->bytes_of_id.size(); }
+
+StreamDecoder::StreamDecoder(const Tokenizer& tok, bool skip_special) : tok_(tok), skip_special_(skip_special) {}
+
+std::string StreamDecoder::push(TokenId id) {
+  if (skip_special_ && tok_.is_special(id)) return {};
+  pending_ += tok_.token_bytes(id);
+  std::string text;
+  pending_.erase(0, unicode::append_complete_utf8(pending_, text));
+  return text;
+}
+
+std::string StreamDecoder::finish() {
+  std::string text = unicode::lossy_utf8(pending_);
+  pending_.clear();
+  return text;
+}
+
+}  // namespace qvl
