@@ -38,6 +38,7 @@ std::string resolve_model_dir_for_files(const std::string& flag_value);
 
 void register_tokenize(CLI::App& app, int& exit_code);
 void register_preprocess(CLI::App& app, int& exit_code);
+void register_ask(CLI::App& app, int& exit_code);
 void register_synth(CLI::App& app, int& exit_code);
 void register_export(CLI::App& app, int& exit_code);
 

@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
   int exit_code = kOk;
   register_tokenize(app, exit_code);
   register_preprocess(app, exit_code);
+  register_ask(app, exit_code);
   register_synth(app, exit_code);
   register_export(app, exit_code);
   try {

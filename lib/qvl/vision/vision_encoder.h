@@ -1,0 +1,49 @@
+// The vision tower: image patches in, decoder-width features out. It runs the
+// TorchScript module made by scripts/export_torchscript.py from the checkpoint
+// (built and cached on first use, see module_cache.h); the position data it
+// needs is computed here (positions.h).
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "qvl/model/config.h"
+#include "qvl/model/grid.h"
+#include "qvl/vision/module_cache.h"
+
+namespace qvl {
+
+class Checkpoint;
+
+struct VisionFeatures {
+  at::Tensor embeds;                  // [sum of patches / merge², out_hidden], compute dtype
+  std::vector<at::Tensor> deepstack;  // one per deepstack layer, same shape
+};
+
+class VisionEncoder {
+ public:
+  // Builds the module first when it is missing and opts.build_if_missing (slow: seconds to a minute).
+  VisionEncoder(const std::string& model_dir, const ModelConfig& cfg, const Checkpoint& ckpt,
+                const VisionOptions& opts);
+  ~VisionEncoder();
+  VisionEncoder(const VisionEncoder&) = delete;
+  VisionEncoder& operator=(const VisionEncoder&) = delete;
+
+  // pixel_values: [N, C*T*P*P] float32, the images' patches one after another
+  // in processor order; grids: one per image. Images never attend to each other.
+  VisionFeatures encode(const at::Tensor& pixel_values, const std::vector<ImageGrid>& grids);
+
+  // What the first block sees: patch embedding plus position embedding [N, hidden] (for tests).
+  at::Tensor block_input(const at::Tensor& pixel_values, const std::vector<ImageGrid>& grids);
+
+  const std::string& module_path() const;
+  at::ScalarType dtype() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace qvl

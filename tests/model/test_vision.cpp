@@ -1,0 +1,235 @@
+// The vision tower against the reference's recorded internals (FIXTURES.md):
+// positions and rotary computed in C++, then the TorchScript module built from
+// the tiny checkpoint by the embedded export script, in float32 and bfloat16.
+#include <ATen/ATen.h>
+#include <dirent.h>
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "qvl/decoder/torch_view.h"
+#include "qvl/error.h"
+#include "qvl/io/safetensors.h"
+#include "qvl/model/config.h"
+#include "qvl/vision/module_cache.h"
+#include "qvl/vision/positions.h"
+#include "qvl/vision/vision_encoder.h"
+#include "test_support.h"
+
+namespace {
+
+using qvl::ImageGrid;
+
+// A fresh folder under $TMPDIR, emptied and removed when the tests end.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    const char* tmp = std::getenv("TMPDIR");
+    path = std::string(tmp && *tmp ? tmp : "/tmp") + "/qvl-vision-test-XXXXXX";
+    REQUIRE(::mkdtemp(path.data()) != nullptr);
+  }
+  ~TempDir() {
+    if (DIR* d = ::opendir(path.c_str())) {
+      while (dirent* e = ::readdir(d))
+        if (e->d_name[0] != '.') ::unlink((path + "/" + e->d_name).c_str());
+      ::closedir(d);
+    }
+    ::rmdir(path.c_str());
+  }
+};
+
+struct Fixtures {
+  qvl::ModelConfig cfg = qvl::load_model_config(qvl::test::tiny_model_dir());
+  qvl::Checkpoint ckpt{qvl::test::tiny_model_dir()};
+  qvl::SafetensorsFile model_goldens{qvl::test::data_path("goldens_model.safetensors")};
+  qvl::SafetensorsFile processor_goldens{qvl::test::data_path("goldens_processor.safetensors")};
+  TempDir cache;
+  std::unique_ptr<qvl::VisionEncoder> f32, bf16;
+
+  qvl::VisionEncoder& encoder(at::ScalarType dtype) {
+    auto& slot = dtype == at::kFloat ? f32 : bf16;
+    if (!slot) {
+      qvl::VisionOptions opts;
+      opts.dtype = dtype;
+      opts.cache_dir = cache.path;
+      slot = std::make_unique<qvl::VisionEncoder>(qvl::test::tiny_model_dir(), cfg, ckpt, opts);
+    }
+    return *slot;
+  }
+  at::Tensor golden(const std::string& name) const {
+    return qvl::tensor_view(model_goldens.get(name)).to(at::kFloat);
+  }
+  ImageGrid grid(const std::string& model_case) const {
+    at::Tensor g = qvl::tensor_view(model_goldens.get(model_case + ".image_grid_thw"));
+    return {g[0][0].item<int64_t>(), g[0][1].item<int64_t>(), g[0][2].item<int64_t>()};
+  }
+  // What the processor hands the model: (u8/255 - 0.5)/0.5.
+  at::Tensor pixels(const std::string& image) const {
+    at::Tensor u8 = qvl::tensor_view(processor_goldens.get("default." + image + ".pixel_u8"));
+    return (u8.to(at::kFloat) / 255.0 - 0.5) / 0.5;
+  }
+};
+
+Fixtures& fixtures() {
+  static Fixtures f;
+  return f;
+}
+
+struct ModelCase {
+  const char* name;
+  const char* image;
+};
+const ModelCase kCases[] = {{"one_image", "small.png"}, {"system_image", "photo.jpg"}, {"multi_turn", "small.png"}};
+
+// Largest difference relative to the largest reference value.
+double relative_error(const at::Tensor& got, const at::Tensor& want) {
+  REQUIRE((got.sizes() == want.sizes()));
+  return ((got.to(at::kFloat) - want).abs().max() / want.abs().max()).item<double>();
+}
+
+const double kFloat32Tolerance = 1e-4;  // FIXTURES.md
+
+}  // namespace
+
+TEST_CASE("vision positions: rotary cos/sin match the reference") {
+  auto& f = fixtures();
+  for (const auto& c : kCases) {
+    CAPTURE(c.name);
+    qvl::VisionPositions pos = qvl::vision_positions(f.cfg.vision, {f.grid(c.name)});
+    CHECK(relative_error(pos.rope_cos, f.golden(std::string(c.name) + ".vision.rope_cos")) <= kFloat32Tolerance);
+    CHECK(relative_error(pos.rope_sin, f.golden(std::string(c.name) + ".vision.rope_sin")) <= kFloat32Tolerance);
+    at::Tensor cu = f.golden(std::string(c.name) + ".vision.cu_seqlens");
+    REQUIRE(pos.seq_lens.size() + 1 == static_cast<size_t>(cu.numel()));
+    CHECK(pos.seq_lens[0] == static_cast<int64_t>(cu[1].item<float>() - cu[0].item<float>()));
+  }
+}
+
+TEST_CASE("vision positions: a 48x48 grid lands exactly on the learned table") {
+  // linspace(0, 47, 48) hits every table row, so each patch takes one row whole.
+  auto& f = fixtures();
+  qvl::VisionPositions pos = qvl::vision_positions(f.cfg.vision, {ImageGrid{1, 48, 48}});
+  CHECK(at::allclose(pos.pos_weight[0], at::ones({48 * 48})));
+  CHECK(pos.pos_weight.slice(0, 1).abs().max().item<float>() == 0.0f);
+  // Merge-window order: the 3rd patch is row 1, column 0; the 5th is row 0, column 2.
+  CHECK(pos.pos_index[0][2].item<int64_t>() == 48);
+  CHECK(pos.pos_index[0][4].item<int64_t>() == 2);
+}
+
+TEST_CASE("vision positions: bad grids are refused") {
+  auto& f = fixtures();
+  CHECK_THROWS_AS(qvl::vision_positions(f.cfg.vision, {ImageGrid{1, 5, 4}}), qvl::Error);
+  CHECK_THROWS_AS(qvl::vision_positions(f.cfg.vision, {}), qvl::Error);
+}
+
+TEST_CASE("vision encoder f32: block input, merger and deepstack outputs match the reference") {
+  auto& f = fixtures();
+  auto& enc = f.encoder(at::kFloat);
+  for (const auto& c : kCases) {
+    CAPTURE(c.name);
+    const std::string key = std::string(c.name) + ".vision.";
+    at::Tensor px = f.pixels(c.image);
+    CHECK(relative_error(enc.block_input(px, {f.grid(c.name)}), f.golden(key + "block0_in")) <= kFloat32Tolerance);
+    qvl::VisionFeatures out = enc.encode(px, {f.grid(c.name)});
+    CHECK(c10::toString(out.embeds.scalar_type()) == std::string("Float"));
+    CHECK(relative_error(out.embeds, f.golden(key + "merger_out")) <= kFloat32Tolerance);
+    REQUIRE(out.deepstack.size() == 3);
+    for (int i = 0; i < 3; ++i)
+      CHECK(relative_error(out.deepstack[i], f.golden(key + "deepstack" + std::to_string(i) + "_out")) <=
+            kFloat32Tolerance);
+  }
+}
+
+TEST_CASE("vision encoder bf16: close to the float32 reference") {
+  // bf16 keeps 8 significant bits (relative rounding 2^-9 ≈ 0.2%) on every
+  // weight, the pixels and every activation; five blocks and a merger compound
+  // that to about 1% of the largest output. 3% leaves headroom without letting
+  // a wrong layer (errors of order 100%) through.
+  const double kBFloat16Tolerance = 3e-2;
+  auto& f = fixtures();
+  auto& enc = f.encoder(at::kBFloat16);
+  for (const auto& c : kCases) {
+    CAPTURE(c.name);
+    const std::string key = std::string(c.name) + ".vision.";
+    qvl::VisionFeatures out = enc.encode(f.pixels(c.image), {f.grid(c.name)});
+    CHECK(c10::toString(out.embeds.scalar_type()) == std::string("BFloat16"));
+    CHECK(relative_error(out.embeds, f.golden(key + "merger_out")) <= kBFloat16Tolerance);
+    for (int i = 0; i < 3; ++i)
+      CHECK(relative_error(out.deepstack[i], f.golden(key + "deepstack" + std::to_string(i) + "_out")) <=
+            kBFloat16Tolerance);
+  }
+}
+
+TEST_CASE("vision encoder: two images in one call give the same features as each alone") {
+  auto& f = fixtures();
+  auto& enc = f.encoder(at::kFloat);
+  const ImageGrid a = f.grid("one_image"), b = f.grid("system_image");
+  at::Tensor pa = f.pixels("small.png"), pb = f.pixels("photo.jpg");
+  qvl::VisionFeatures both = enc.encode(at::cat({pa, pb}), {a, b});
+  qvl::VisionFeatures alone_a = enc.encode(pa, {a}), alone_b = enc.encode(pb, {b});
+  const int64_t ta = a.tokens(2);
+  REQUIRE(both.embeds.size(0) == ta + b.tokens(2));
+  CHECK(relative_error(both.embeds.slice(0, 0, ta), alone_a.embeds) <= 1e-5);
+  CHECK(relative_error(both.embeds.slice(0, ta), alone_b.embeds) <= 1e-5);
+  for (int i = 0; i < 3; ++i) {
+    CHECK(relative_error(both.deepstack[i].slice(0, 0, ta), alone_a.deepstack[i]) <= 1e-5);
+    CHECK(relative_error(both.deepstack[i].slice(0, ta), alone_b.deepstack[i]) <= 1e-5);
+  }
+  // And the reference's own single-image outputs, for the second image's slice.
+  CHECK(relative_error(both.embeds.slice(0, ta), f.golden("system_image.vision.merger_out")) <= kFloat32Tolerance);
+}
+
+TEST_CASE("vision encoder: sizes no golden has") {
+  auto& f = fixtures();
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    auto& enc = f.encoder(dtype);
+    for (ImageGrid g : {ImageGrid{1, 6, 10}, ImageGrid{1, 2, 2}, ImageGrid{1, 40, 8}}) {
+      CAPTURE(g.h);
+      at::Tensor px = at::rand({g.patches(), 1536}) * 2 - 1;
+      qvl::VisionFeatures out = enc.encode(px, {g});
+      CHECK(out.embeds.size(0) == g.tokens(2));
+      CHECK(out.embeds.size(1) == 32);
+      CHECK(out.embeds.isfinite().all().item<bool>());
+      REQUIRE(out.deepstack.size() == 3);
+      CHECK((out.deepstack[2].sizes() == out.embeds.sizes()));
+    }
+  }
+  // The golden image still comes out right after the new shapes went through.
+  qvl::VisionFeatures again = f.encoder(at::kFloat).encode(f.pixels("small.png"), {f.grid("one_image")});
+  CHECK(relative_error(again.embeds, f.golden("one_image.vision.merger_out")) <= kFloat32Tolerance);
+}
+
+TEST_CASE("vision encoder: wrong pixel shapes are refused") {
+  auto& f = fixtures();
+  auto& enc = f.encoder(at::kFloat);
+  const ImageGrid g = f.grid("one_image");
+  CHECK_THROWS_AS(enc.encode(at::zeros({g.patches() - 4, 1536}), {g}), qvl::Error);
+  CHECK_THROWS_AS(enc.encode(at::zeros({g.patches(), 1535}), {g}), qvl::Error);
+  CHECK_THROWS_AS(enc.encode(at::zeros({g.patches(), 1536}, at::kDouble), {g}), qvl::Error);
+}
+
+TEST_CASE("vision module cache: named by weights, script and dtype; missing tools are explained") {
+  auto& f = fixtures();
+  const std::string fp = f.ckpt.fingerprint();
+  CHECK(qvl::vision_module_path("/c", fp, at::kFloat) != qvl::vision_module_path("/c", fp, at::kBFloat16));
+  CHECK(qvl::vision_module_path("/c", fp, at::kFloat).find(fp) != std::string::npos);
+  CHECK(f.encoder(at::kFloat).module_path() == qvl::vision_module_path(f.cache.path, fp, at::kFloat));
+
+  TempDir empty;
+  qvl::VisionOptions opts;
+  opts.cache_dir = empty.path;
+  opts.build_if_missing = false;
+  CHECK_THROWS_WITH_AS(qvl::ensure_vision_module(qvl::test::tiny_model_dir(), f.ckpt, opts),
+                       doctest::Contains("qvl export"), qvl::Error);
+
+  opts.build_if_missing = true;
+  ::setenv("QVL_PYTHON", "/nonexistent/python3", 1);
+  CHECK_THROWS_WITH_AS(qvl::ensure_vision_module(qvl::test::tiny_model_dir(), f.ckpt, opts),
+                       doctest::Contains("apt-get install python3 python3-torch"), qvl::Error);
+  ::setenv("QVL_PYTHON", "/bin/false", 1);  // a Python that fails: the status is reported
+  CHECK_THROWS_WITH_AS(qvl::ensure_vision_module(qvl::test::tiny_model_dir(), f.ckpt, opts),
+                       doctest::Contains("exited with status 1"), qvl::Error);
+  ::unsetenv("QVL_PYTHON");
+}
