@@ -1,0 +1,113 @@
+// qvl ask: one question (about zero or more images), answer streamed to stdout.
+#include <fmt/core.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "common.h"
+#include "qvl/error.h"
+#include "qvl/text/chat.h"
+
+namespace qvl::app {
+namespace {
+
+struct AskFlags {
+  ModelOptions model;
+  SamplingFlags sampling;
+  std::vector<std::string> images;
+  std::string messages_file;
+  std::string system;
+  std::string prompt;
+  bool json = false;
+};
+
+std::vector<Message> build_messages(const AskFlags& f) {
+  if (!f.messages_file.empty()) {
+    if (!f.images.empty() || !f.prompt.empty() || !f.system.empty())
+      throw Error("--messages already holds the conversation: do not combine it with --image, --system or a prompt");
+    return parse_messages_file(f.messages_file);
+  }
+  std::string prompt = f.prompt == "-" ? read_stdin() : f.prompt;
+  if (prompt.empty() && f.images.empty()) throw Error("nothing to ask: give a PROMPT, '-' for stdin, --image or --messages");
+  std::vector<Message> msgs;
+  if (!f.system.empty()) msgs.push_back({"system", {{ContentPart::Kind::Text, f.system, ""}}});
+  Message user{"user", {}};
+  for (const auto& img : f.images) user.parts.push_back({ContentPart::Kind::Image, "", img});
+  if (!prompt.empty()) user.parts.push_back({ContentPart::Kind::Text, prompt, ""});
+  msgs.push_back(std::move(user));
+  return msgs;
+}
+
+nlohmann::json answer_json(const Answer& a, const std::vector<std::string>& image_files, double load_s) {
+  nlohmann::json images = nlohmann::json::array();
+  for (size_t i = 0; i < a.grids.size(); ++i)
+    images.push_back({{"file", i < image_files.size() ? image_files[i] : ""},
+                      {"width", a.image_sizes[i].first},
+                      {"height", a.image_sizes[i].second},
+                      {"grid_thw", {a.grids[i].t, a.grids[i].h, a.grids[i].w}}});
+  return {{"text", a.text},
+          {"tokens", a.tokens},
+          {"prompt_tokens", a.prompt_tokens},
+          {"generated_tokens", a.tokens.size()},
+          {"stop_reason", a.stop_reason},
+          {"images", images},
+          {"timings",
+           {{"load_s", load_s},
+            {"image_s", a.timings.image_s},
+            {"vision_s", a.timings.vision_s},
+            {"prefill_s", a.timings.prefill_s},
+            {"decode_s", a.timings.decode_s},
+            {"ttft_s", a.timings.ttft_s},
+            {"prefill_tok_s", a.prefill_tokens_per_s()},
+            {"decode_tok_s", a.decode_tokens_per_s()}}}};
+}
+
+int run_ask(const AskFlags& f) {
+  std::vector<Message> messages = build_messages(f);
+  Session session(make_session_options(f.model));
+  SamplingOptions sampling = make_sampling(f.sampling, session.generation_config());
+  install_interrupt_handler();
+  const bool stream = !f.json;
+  Answer a = session.ask(messages, sampling, [&](const std::string& piece) {
+    if (stream) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    }
+    return !interrupted();
+  });
+  if (f.json) {
+    fmt::print("{}\n", answer_json(a, image_paths(messages), session.load_seconds()).dump());
+  } else {
+    std::fputc('\n', stdout);
+  }
+  std::fflush(stdout);
+  if (f.model.verbose && !f.model.quiet)
+    fmt::print(stderr,
+               "load {:.2f} s | image {:.3f} s | vision {:.2f} s | prefill {} tok {:.2f} s ({:.1f} tok/s) | "
+               "decode {} tok {:.2f} s ({:.2f} tok/s) | ttft {:.2f} s | peak RSS {} MB\n",
+               session.load_seconds(), a.timings.image_s, a.timings.vision_s, a.prompt_tokens, a.timings.prefill_s,
+               a.prefill_tokens_per_s(), a.tokens.size(), a.timings.decode_s, a.decode_tokens_per_s(),
+               a.timings.ttft_s, session.stats().peak_rss_mb);
+  return a.stop_reason == "interrupted" ? kInterrupted : kOk;
+}
+
+}  // namespace
+
+void register_ask(CLI::App& app, int& exit_code) {
+  auto f = std::make_shared<AskFlags>();
+  CLI::App* cmd = app.add_subcommand("ask", "Ask one question, optionally about images; the answer streams to stdout");
+  add_model_options(cmd, f->model);
+  add_sampling_options(cmd, f->sampling);
+  cmd->add_option("-i,--image", f->images, "Image file (PNG or JPEG); repeat for several")
+      ->allow_extra_args(false)  // `--image a.png "question"`: one path per --image
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--messages", f->messages_file, "Chat JSON (transformers shape); image paths relative to the file")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--system", f->system, "System message");
+  cmd->add_flag("--json", f->json, "Print one JSON object (text, tokens, prompt_tokens, images, timings) instead of streaming");
+  cmd->add_option("prompt", f->prompt, "The question, or - to read it from stdin");
+  cmd->callback([f, &exit_code] { exit_code = run_ask(*f); });
+}
+
+}  // namespace qvl::app

@@ -1,0 +1,35 @@
+// Pieces shared by the subcommands that run the model.
+#pragma once
+#include <atomic>
+#include <optional>
+#include <string>
+
+#include "commands.h"
+#include "qvl/generate/sampler.h"
+#include "qvl/session/session.h"
+
+namespace qvl::app {
+
+// Sampling flags; unset ones take generation_config.json's values.
+struct SamplingFlags {
+  bool greedy = false;
+  std::optional<double> temperature, top_p, repetition_penalty, presence_penalty;
+  std::optional<int64_t> top_k;
+  uint64_t seed = 0;
+  int64_t max_new_tokens = 512;
+};
+void add_sampling_options(CLI::App* cmd, SamplingFlags& flags);
+SamplingOptions make_sampling(const SamplingFlags& flags, const GenerationConfig& defaults);
+
+SessionOptions make_session_options(const ModelOptions& opts);
+
+// Ctrl-C handling: the first SIGINT asks the current generation to stop; a
+// second one ends the program the usual way.
+void install_interrupt_handler();
+bool interrupted();
+void clear_interrupt();
+
+// Reads all of stdin (for "-" arguments).
+std::string read_stdin();
+
+}  // namespace qvl::app

@@ -1,0 +1,107 @@
+#include "qvl/decoder/decoder.h"
+
+#include <fmt/format.h>
+
+#include "qvl/decoder/kv_cache.h"
+#include "qvl/decoder/layer.h"
+#include "qvl/decoder/rope.h"
+#include "qvl/decoder/weights.h"
+#include "qvl/error.h"
+#include "qvl/kernels/linear.h"
+
+namespace qvl {
+namespace {
+
+std::string shape_of(const at::Tensor& t) {
+  return t.defined() ? fmt::format("[{}]", fmt::join(t.sizes(), ", ")) : "undefined";
+}
+
+void check_forward_inputs(const at::Tensor& embeds, const at::Tensor& positions, const DeepstackInput* deepstack,
+                          const TextConfig& cfg) {
+  if (!embeds.defined() || embeds.dim() != 2 || embeds.size(0) == 0 || embeds.size(1) != cfg.hidden_size)
+    throw Error(fmt::format("decoder input embeddings have shape {}, expected [L, {}] with L > 0", shape_of(embeds),
+                            cfg.hidden_size));
+  const int64_t L = embeds.size(0);
+  if (!positions.defined() || positions.dim() != 2 || positions.size(0) != 3 || positions.size(1) != L)
+    throw Error(fmt::format("decoder position ids have shape {}, expected [3, {}]", shape_of(positions), L));
+  if (!deepstack) return;
+  const at::Tensor& mask = deepstack->visual_mask;
+  if (!mask.defined() || mask.dim() != 1 || mask.size(0) != L)
+    throw Error(fmt::format("deepstack visual mask has shape {}, expected [{}]", shape_of(mask), L));
+  if (static_cast<int64_t>(deepstack->features.size()) > cfg.num_hidden_layers)
+    throw Error(fmt::format("{} deepstack features but the decoder has only {} layers", deepstack->features.size(),
+                            cfg.num_hidden_layers));
+  const int64_t visual = mask.to(at::kLong).sum().item<int64_t>();
+  for (size_t i = 0; i < deepstack->features.size(); ++i) {
+    const at::Tensor& f = deepstack->features[i];
+    if (!f.defined() || f.dim() != 2 || f.size(0) != visual || f.size(1) != cfg.hidden_size)
+      throw Error(fmt::format("deepstack feature {} has shape {}, expected [{}, {}] (one row per image token)", i,
+                              shape_of(f), visual, cfg.hidden_size));
+  }
+}
+
+}  // namespace
+
+Decoder::Decoder(const Checkpoint& ckpt, const TextConfig& cfg, const DecoderOptions& opts) : cfg_(cfg), opts_(opts) {
+  if (cfg.hidden_act != "silu")
+    throw Error(fmt::format("text hidden_act '{}' is not supported (qvl implements silu)", cfg.hidden_act));
+  if (cfg.num_key_value_heads <= 0 || cfg.num_attention_heads % cfg.num_key_value_heads != 0)
+    throw Error(fmt::format("num_attention_heads {} is not a multiple of num_key_value_heads {}",
+                            cfg.num_attention_heads, cfg.num_key_value_heads));
+  weights_ = std::make_unique<DecoderWeights>(ckpt, cfg, opts.dtype, opts.lazy);
+  rope_ = std::make_unique<MultimodalRope>(cfg);
+  cache_ = std::make_unique<KvCache>(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, opts.max_context,
+                                     opts.dtype);
+  workspace_ = std::make_unique<LayerWorkspace>(cfg, opts.dtype);
+  logits_buffer_ = at::empty({1, cfg.vocab_size}, at::TensorOptions().dtype(opts.dtype));
+}
+
+Decoder::~Decoder() = default;
+
+at::Tensor Decoder::embed(const std::vector<int32_t>& ids) const {
+  for (int32_t id : ids)
+    if (id < 0 || id >= cfg_.vocab_size)
+      throw Error(fmt::format("token id {} is outside the vocabulary (0..{})", id, cfg_.vocab_size - 1));
+  at::Tensor index = at::tensor(ids, at::kInt).to(at::kLong);
+  return weights_->embed_tokens().index_select(0, index);
+}
+
+at::Tensor Decoder::forward(const at::Tensor& embeds, const at::Tensor& positions, const DeepstackInput* deepstack,
+                            bool all_logits, ForwardTrace* trace) {
+  check_forward_inputs(embeds, positions, deepstack, cfg_);
+  const int64_t L = embeds.size(0);
+  cache_->check_room(L);
+
+  at::Tensor hidden = embeds.to(opts_.dtype).contiguous();
+  const RopeTables rope = rope_->tables(positions.to(at::kLong));
+  at::Tensor visual_rows;
+  if (deepstack && !deepstack->features.empty())
+    visual_rows = deepstack->visual_mask.to(at::kBool).nonzero().squeeze(1);
+  if (trace) trace->hidden_states = {hidden};
+
+  const int64_t n_layers = cfg_.num_hidden_layers;
+  for (int64_t i = 0; i < n_layers; ++i) {
+    // run_decoder_layer returns a fresh tensor, so the trace can keep it as is.
+    hidden = run_decoder_layer(hidden, weights_->layer(i), cfg_, rope, *cache_, i, *workspace_);
+    if (trace && i + 1 < n_layers) trace->hidden_states.push_back(hidden);
+    if (visual_rows.defined() && i < static_cast<int64_t>(deepstack->features.size()))
+      hidden = hidden.index_add(0, visual_rows, deepstack->features[i].to(opts_.dtype));
+  }
+  cache_->commit(L);
+
+  at::Tensor normed = rms_norm(hidden, weights_->final_norm(), cfg_.rms_norm_eps);
+  if (trace) trace->hidden_states.push_back(normed);
+  if (all_logits) return at::linear(normed, weights_->lm_head()).to(at::kFloat);
+  linear_into(logits_buffer_, normed.narrow(0, L - 1, 1), weights_->lm_head());
+  return logits_buffer_.squeeze(0).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+}
+
+int64_t Decoder::cached() const { return cache_->size(); }
+
+void Decoder::truncate(int64_t n_tokens) { cache_->truncate(n_tokens); }
+
+void Decoder::reset() { cache_->reset(); }
+
+int64_t Decoder::layers_loaded() const { return weights_->layers_loaded(); }
+
+}  // namespace qvl

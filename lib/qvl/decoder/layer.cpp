@@ -1,0 +1,88 @@
+#include "qvl/decoder/layer.h"
+
+#include <cmath>
+#include <limits>
+
+#include "qvl/kernels/linear.h"
+
+namespace qvl {
+namespace {
+
+// Attention of the L new queries q [L, heads, head_dim] over the first `total`
+// cached keys/values, of which the last L are the new tokens' own. Writes the
+// result into out [L, heads * head_dim].
+void attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, int64_t past, at::Tensor& out) {
+  const int64_t L = q.size(0), heads = q.size(1), head_dim = q.size(2);
+  const int64_t kv_heads = keys.size(0), total = keys.size(1);
+  const int64_t group = heads / kv_heads;
+  // Query head h uses key/value head h / group. Stacking each group's queries
+  // as rows lets one batched matmul per key/value head do the work without
+  // repeating the cache per query head: rows are ordered (g, l).
+  at::Tensor grouped = q.view({L, kv_heads, group, head_dim}).permute({1, 2, 0, 3}).reshape({kv_heads, group * L, head_dim});
+  // Scores stay float32 even for a bf16 cache: rounding them to bf16 before the
+  // softmax doubled the logits' distance from the reference's bf16 run.
+  at::Tensor scores = at::bmm(grouped.to(at::kFloat), keys.transpose(1, 2).to(at::kFloat));  // [kv, group*L, total]
+  scores.mul_(1.0 / std::sqrt(static_cast<double>(head_dim)));
+  if (L > 1) {
+    // New token l sits at position past + l and may see keys 0..past + l.
+    at::Tensor future = at::ones({L, total}, at::TensorOptions().dtype(at::kBool)).triu(past + 1);
+    scores.view({kv_heads, group, L, total}).masked_fill_(future, -std::numeric_limits<float>::infinity());
+  }
+  at::Tensor probs = at::softmax(scores, -1).to(values.scalar_type());
+  at::Tensor mixed = at::bmm(probs, values);  // [kv, group*L, head_dim]
+  out.view({L, kv_heads, group, head_dim}).copy_(mixed.view({kv_heads, group, L, head_dim}).permute({2, 0, 1, 3}));
+}
+
+}  // namespace
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  at::Tensor xf = x.to(at::kFloat);  // x itself when already float32: not to be written
+  at::Tensor inv_rms = at::rsqrt(xf.square().mean(-1, /*keepdim=*/true).add_(eps));
+  return (xf * inv_rms).to(x.scalar_type()) * weight;
+}
+
+LayerWorkspace::LayerWorkspace(const TextConfig& cfg, at::ScalarType dtype) : cfg_(cfg), dtype_(dtype) {}
+
+void LayerWorkspace::allocate(int64_t tokens) {
+  auto make = [&](int64_t width) { return at::empty({tokens, width}, at::TensorOptions().dtype(dtype_)); };
+  const int64_t q_dim = cfg_.num_attention_heads * cfg_.head_dim;
+  const int64_t kv_dim = cfg_.num_key_value_heads * cfg_.head_dim;
+  full_ = {make(q_dim), make(kv_dim), make(kv_dim), make(q_dim), make(cfg_.hidden_size), make(cfg_.hidden_size),
+           make(cfg_.intermediate_size), make(cfg_.intermediate_size)};
+  capacity_ = tokens;
+}
+
+LayerWorkspace::Views LayerWorkspace::rows(int64_t tokens) {
+  if (tokens > capacity_) allocate(tokens);
+  auto first = [&](const at::Tensor& t) { return t.narrow(0, 0, tokens); };
+  return {first(full_.q), first(full_.k), first(full_.v), first(full_.attn),
+          first(full_.o), first(full_.down), first(full_.gate), first(full_.up)};
+}
+
+at::Tensor run_decoder_layer(const at::Tensor& hidden, const LayerWeights& w, const TextConfig& cfg,
+                             const RopeTables& rope, KvCache& cache, int64_t layer_index, LayerWorkspace& ws) {
+  const int64_t L = hidden.size(0), head_dim = cfg.head_dim;
+  const int64_t heads = cfg.num_attention_heads, kv_heads = cfg.num_key_value_heads;
+  const int64_t past = cache.size();
+  LayerWorkspace::Views b = ws.rows(L);
+
+  at::Tensor x = rms_norm(hidden, w.input_norm, cfg.rms_norm_eps);
+  linear_into(b.q, x, w.q_proj, w.q_bias);
+  linear_into(b.k, x, w.k_proj, w.k_bias);
+  linear_into(b.v, x, w.v_proj, w.v_bias);
+  at::Tensor q = apply_rope(rms_norm(b.q.view({L, heads, head_dim}), w.q_norm, cfg.rms_norm_eps), rope);
+  at::Tensor k = apply_rope(rms_norm(b.k.view({L, kv_heads, head_dim}), w.k_norm, cfg.rms_norm_eps), rope);
+  cache.store(layer_index, k.transpose(0, 1), b.v.view({L, kv_heads, head_dim}).transpose(0, 1));
+  attend(q, cache.keys(layer_index, past + L), cache.values(layer_index, past + L), past, b.attn);
+  linear_into(b.o, b.attn, w.o_proj, w.o_bias);
+  at::Tensor h = hidden + b.o;
+
+  x = rms_norm(h, w.post_attention_norm, cfg.rms_norm_eps);
+  linear_into(b.gate, x, w.gate_proj);
+  linear_into(b.up, x, w.up_proj);
+  at::silu_(b.gate).mul_(b.up);
+  linear_into(b.down, b.gate, w.down_proj);
+  return h.add_(b.down);
+}
+
+}  // namespace qvl

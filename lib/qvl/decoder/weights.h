@@ -1,0 +1,73 @@
+// The text decoder's weights as ATen tensors in the compute dtype.
+//
+// When the checkpoint already holds the compute dtype the tensors alias the
+// mmapped file (read-only: never write to them); otherwise they are converted
+// copies. Every tensor the config implies is checked (present, shape, float
+// dtype) in the constructor, before any weight byte is read.
+#pragma once
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "qvl/io/safetensors.h"
+#include "qvl/model/config.h"
+
+namespace qvl {
+
+struct LayerWeights {
+  at::Tensor input_norm;           // [hidden]
+  at::Tensor post_attention_norm;  // [hidden]
+  at::Tensor q_proj, k_proj, v_proj, o_proj;
+  at::Tensor q_bias, k_bias, v_bias, o_bias;  // undefined unless config.attention_bias
+  at::Tensor q_norm, k_norm;                  // [head_dim]
+  at::Tensor gate_proj, up_proj, down_proj;
+};
+
+class DecoderWeights {
+ public:
+  // lazy: a layer's tensors are made (and its pages touched) when first asked
+  // for; eager: everything now, with in-place views pre-faulted.
+  DecoderWeights(const Checkpoint& ckpt, const TextConfig& cfg, at::ScalarType dtype, bool lazy);
+
+  const at::Tensor& embed_tokens();  // [vocab, hidden]
+  const at::Tensor& final_norm();    // [hidden]
+  const at::Tensor& lm_head();       // [vocab, hidden]; embed_tokens when tied
+  const LayerWeights& layer(int64_t i);
+
+  int64_t layers_loaded() const;
+  // True when the weights alias the checkpoint instead of holding converted copies.
+  bool in_place() const { return in_place_; }
+
+ private:
+  // A checkpoint tensor checked against the config, not yet turned into an at::Tensor.
+  struct Source {
+    const TensorView* view = nullptr;  // null for optional tensors that are absent
+  };
+  struct LayerSources {
+    Source input_norm, post_attention_norm, q_proj, k_proj, v_proj, o_proj, q_bias, k_bias, v_bias, o_bias,
+        q_norm, k_norm, gate_proj, up_proj, down_proj;
+  };
+
+  Source require(const std::string& name, const std::vector<int64_t>& shape);
+  at::Tensor materialize(const Source& s) const;
+  void load_layer(int64_t i);
+  void load_globals();
+
+  const Checkpoint& ckpt_;
+  at::ScalarType dtype_;
+  bool lazy_;
+  bool in_place_ = true;
+  bool tied_;
+
+  Source embed_src_, norm_src_, lm_head_src_;
+  std::vector<LayerSources> layer_srcs_;
+
+  bool globals_loaded_ = false;
+  at::Tensor embed_, norm_, lm_head_;
+  std::vector<LayerWeights> layers_;
+  std::vector<bool> layer_loaded_;
+};
+
+}  // namespace qvl

@@ -1,0 +1,277 @@
+#include "qvl/session/session.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+
+#include "qvl/decoder/decoder.h"
+#include "qvl/error.h"
+#include "qvl/image/decode.h"
+#include "qvl/image/preprocess.h"
+#include "qvl/io/safetensors.h"
+#include "qvl/model/mrope_positions.h"
+#include "qvl/text/tokenizer.h"
+#include "qvl/vision/vision_encoder.h"
+
+namespace qvl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+at::ScalarType parse_compute_dtype(const std::string& s) {
+  if (s == "bf16") return at::kBFloat16;
+  if (s == "f32") return at::kFloat;
+  throw Error("unknown dtype '" + s + "' (use bf16 or f32)");
+}
+
+// Positions as the decoder takes them: [3, L] int64.
+at::Tensor positions_tensor(const MropePositions& pos) {
+  const int64_t n = int64_t(pos.ids.size());
+  at::Tensor t = at::empty({3, n}, at::kLong);
+  auto a = t.accessor<int64_t, 2>();
+  for (int64_t i = 0; i < n; ++i)
+    for (int axis = 0; axis < 3; ++axis) a[axis][i] = pos.ids[size_t(i)][size_t(axis)];
+  return t;
+}
+
+}  // namespace
+
+double Answer::decode_tokens_per_s() const {
+  return timings.decode_s > 0 ? double(tokens.size() > 0 ? tokens.size() - 1 : 0) / timings.decode_s : 0.0;
+}
+double Answer::prefill_tokens_per_s() const {
+  return timings.prefill_s > 0 ? double(prompt_tokens) / timings.prefill_s : 0.0;
+}
+
+int64_t peak_rss_mb() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  int64_t kb = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::strncmp(line, "VmHWM:", 6) == 0) kb = std::atoll(line + 6);
+  std::fclose(f);
+  return kb / 1024;
+}
+
+struct Session::Impl {
+  SessionOptions options;
+  ModelConfig config;
+  PreprocessorConfig preprocessor;
+  GenerationConfig generation;
+  Tokenizer tokenizer;
+  Checkpoint checkpoint;
+  at::ScalarType dtype;
+  Decoder decoder;
+  std::unique_ptr<VisionEncoder> vision;  // built at the first image
+  double load_s = 0;
+
+  // Conversation state.
+  std::vector<int32_t> context;     // every token in the KV cache, for penalties
+  std::vector<int32_t> pending;     // generated but not yet fed (the last token)
+  bool assistant_turn_open = false; // the last answer still needs its <|im_end|>
+  int64_t next_position = 0;
+  SessionStats stats;
+
+  Impl(const SessionOptions& o, Clock::time_point t0)
+      : options(o),
+        config(load_model_config(o.model_dir)),
+        preprocessor(load_preprocessor_config(o.model_dir)),
+        generation(load_generation_config(o.model_dir)),
+        tokenizer(Tokenizer::load_from_model_dir(o.model_dir)),
+        checkpoint(o.model_dir),
+        dtype(parse_compute_dtype(o.dtype)),
+        decoder(checkpoint, config.text, DecoderOptions{dtype, o.lazy, o.max_context}) {
+    if (o.min_pixels > 0) preprocessor.min_pixels = o.min_pixels;
+    if (o.max_pixels > 0) preprocessor.max_pixels = o.max_pixels;
+    if (preprocessor.min_pixels > preprocessor.max_pixels)
+      throw Error("--min-pixels (" + std::to_string(preprocessor.min_pixels) + ") exceeds --max-pixels (" +
+                  std::to_string(preprocessor.max_pixels) + ")");
+    stats.max_context = o.max_context;
+    load_s = seconds_since(t0);
+  }
+
+  VisionEncoder& vision_encoder() {
+    if (!vision) {
+      VisionOptions vo;
+      vo.dtype = dtype;
+      vo.cache_dir = options.cache_dir;
+      if (vo.cache_dir.empty())
+        if (const char* env = std::getenv("QVL_CACHE_DIR"); env && *env) vo.cache_dir = env;
+      vo.build_if_missing = options.build_vision_if_missing;
+      vision = std::make_unique<VisionEncoder>(options.model_dir, config, checkpoint, vo);
+    }
+    return *vision;
+  }
+};
+
+Session::Session(const SessionOptions& options) {
+  auto t0 = Clock::now();
+  if (options.threads > 0) at::set_num_threads(options.threads);
+  impl_ = std::make_unique<Impl>(options, t0);
+}
+
+Session::~Session() = default;
+
+const ModelConfig& Session::config() const { return impl_->config; }
+const GenerationConfig& Session::generation_config() const { return impl_->generation; }
+double Session::load_seconds() const { return impl_->load_s; }
+void Session::warm_vision() { impl_->vision_encoder(); }
+
+std::vector<int32_t> Session::tokenize(const std::string& text) const {
+  auto ids = impl_->tokenizer.encode(text);
+  return std::vector<int32_t>(ids.begin(), ids.end());
+}
+
+void Session::reset() {
+  impl_->decoder.reset();
+  impl_->context.clear();
+  impl_->pending.clear();
+  impl_->assistant_turn_open = false;
+  impl_->next_position = 0;
+  impl_->stats.turns = 0;
+}
+
+SessionStats Session::stats() const {
+  SessionStats s = impl_->stats;
+  s.cached_tokens = impl_->decoder.cached();
+  s.peak_rss_mb = peak_rss_mb();
+  return s;
+}
+
+Answer Session::ask(const std::vector<Message>& turn, const SamplingOptions& sampling, const TextCallback& on_text) {
+  Impl& s = *impl_;
+  at::NoGradGuard no_grad;
+  const auto t_start = Clock::now();
+  Answer answer;
+
+  // 1. Images: decode and preprocess (rejecting bad files before any model work).
+  const auto t_image = Clock::now();
+  std::vector<PatchifiedImage> images;
+  ImageLimits limits;
+  limits.max_pixels = s.options.max_image_pixels;
+  for (const std::string& path : image_paths(turn)) {
+    RgbImage rgb = decode_image_file(path, limits);
+    answer.image_sizes.emplace_back(rgb.width, rgb.height);
+    images.push_back(preprocess_image(rgb, s.preprocessor));
+    answer.grids.push_back(images.back().grid);
+  }
+  answer.timings.image_s = seconds_since(t_image);
+
+  // 2. Prompt text for this turn, continuing the conversation if there is one.
+  if (s.decoder.cached() > 0 && !turn.empty() && turn[0].role == "system")
+    throw Error("a system message can only start a conversation");
+  std::string prompt = s.assistant_turn_open ? "<|im_end|>\n" : "";
+  prompt += render_chat(turn);
+  std::vector<int64_t> pads;
+  for (const auto& img : images) pads.push_back(img.grid.tokens(s.config.vision.spatial_merge_size));
+  prompt = expand_image_pads(prompt, pads);
+  std::vector<int32_t> ids = s.pending;
+  for (auto id : s.tokenizer.encode(prompt)) ids.push_back(int32_t(id));
+  answer.prompt_tokens = int64_t(ids.size());
+
+  const int64_t room = s.options.max_context - s.decoder.cached();
+  if (int64_t(ids.size()) + 1 > room)
+    throw Error("the prompt needs " + std::to_string(ids.size()) + " tokens but only " + std::to_string(room) +
+                " of the context limit (" + std::to_string(s.options.max_context) +
+                ") are left; raise --max-context, lower --max-pixels, or start a new conversation");
+
+  // 3. Vision features for every image of the turn, encoded in one call.
+  std::optional<VisionFeatures> features;
+  if (!images.empty()) {
+    const auto t_vision = Clock::now();
+    int64_t rows = 0, dim = images[0].patch_dim;
+    for (const auto& img : images) rows += img.grid.patches();
+    at::Tensor pixels = at::empty({rows, dim}, at::kFloat);
+    float* dst = pixels.data_ptr<float>();
+    std::vector<ImageGrid> grids;
+    for (const auto& img : images) {
+      std::memcpy(dst, img.pixel_values.data(), img.pixel_values.size() * sizeof(float));
+      dst += img.pixel_values.size();
+      grids.push_back(img.grid);
+    }
+    features = s.vision_encoder().encode(pixels, grids);
+    s.stats.vision_calls += 1;
+    s.stats.images_encoded += int64_t(images.size());
+    answer.timings.vision_s = seconds_since(t_vision);
+  }
+
+  // 4. Embeddings with image features scattered into the image-pad slots.
+  const auto t_prefill = Clock::now();
+  at::Tensor embeds = s.decoder.embed(ids);
+  std::optional<DeepstackInput> deepstack;
+  if (features) {
+    std::vector<int64_t> ids64(ids.begin(), ids.end());
+    at::Tensor mask = at::from_blob(ids64.data(), {int64_t(ids64.size())}, at::kLong).eq(s.config.image_token_id);
+    const int64_t n_visual = mask.sum().item<int64_t>();
+    if (n_visual != features->embeds.size(0))
+      throw Error("image features (" + std::to_string(features->embeds.size(0)) + ") do not match image tokens (" +
+                  std::to_string(n_visual) + ")");
+    at::Tensor index = mask.nonzero().squeeze(1);
+    embeds.index_copy_(0, index, features->embeds.to(embeds.scalar_type()));
+    DeepstackInput ds;
+    ds.visual_mask = mask;
+    for (const auto& f : features->deepstack) ds.features.push_back(f.to(embeds.scalar_type()));
+    deepstack = std::move(ds);
+  }
+  MropePositions pos = mrope_positions(ids, answer.grids, s.config.vision.spatial_merge_size,
+                                       int32_t(s.config.image_token_id), s.next_position);
+  at::Tensor logits = s.decoder.forward(embeds, positions_tensor(pos), deepstack ? &*deepstack : nullptr);
+  s.next_position = pos.next;
+  s.context.insert(s.context.end(), ids.begin(), ids.end());
+  s.pending.clear();
+  answer.timings.prefill_s = seconds_since(t_prefill);
+
+  // 5. Generate: sample, stream, feed back.
+  Sampler sampler(sampling);
+  StreamDecoder stream(s.tokenizer, /*skip_special=*/true);
+  const auto t_decode = Clock::now();
+  answer.stop_reason = "length";
+  for (int64_t step = 0; step < sampling.max_new_tokens; ++step) {
+    at::Tensor l = logits.to(at::kFloat).contiguous();
+    int32_t token = sampler.next(l.data_ptr<float>(), l.numel(), s.context, answer.tokens);
+    if (step == 0) answer.timings.ttft_s = seconds_since(t_start);
+    if (sampler.is_eos(token)) {
+      answer.stop_reason = "eos";
+      break;
+    }
+    answer.tokens.push_back(token);
+    std::string piece = stream.push(token);
+    answer.text += piece;
+    bool keep_going = true;
+    if (on_text && !piece.empty()) keep_going = on_text(piece);
+    if (!keep_going) {
+      answer.stop_reason = "interrupted";
+      s.pending.push_back(token);
+      break;
+    }
+    if (step + 1 == sampling.max_new_tokens || s.decoder.cached() + 1 >= s.options.max_context) {
+      if (s.decoder.cached() + 1 >= s.options.max_context) answer.stop_reason = "context";
+      s.pending.push_back(token);  // fed with the next turn, so the cache stays whole
+      break;
+    }
+    at::Tensor e = s.decoder.embed({token});
+    at::Tensor p = at::full({3, 1}, s.next_position, at::kLong);
+    logits = s.decoder.forward(e, p);
+    s.next_position += 1;
+    s.context.push_back(token);
+  }
+  std::string tail = stream.finish();
+  if (!tail.empty()) {
+    answer.text += tail;
+    if (on_text) on_text(tail);
+  }
+  answer.timings.decode_s = seconds_since(t_decode);
+  if (answer.timings.ttft_s == 0) answer.timings.ttft_s = seconds_since(t_start);
+  s.assistant_turn_open = true;
+  s.stats.turns += 1;
+  return answer;
+}
+
+}  // namespace qvl

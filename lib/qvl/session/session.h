@@ -1,0 +1,95 @@
+// A Session joins the pieces: chat prompt + images -> tokens and embeddings ->
+// decoder -> sampled tokens, streamed as text. It keeps the conversation's KV
+// cache, so a follow-up question only computes its own new tokens.
+//
+// No torch types appear here: front ends include this header cheaply.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "qvl/generate/sampler.h"
+#include "qvl/model/config.h"
+#include "qvl/model/grid.h"
+#include "qvl/text/chat.h"
+
+namespace qvl {
+
+struct SessionOptions {
+  std::string model_dir;
+  std::string dtype = "bf16";  // bf16 | f32
+  bool lazy = true;            // lazy: weights are touched when a layer first runs
+  int64_t max_context = 4096;
+  int threads = 0;             // 0: leave libtorch's default (all cores)
+  int64_t min_pixels = 0;      // 0: preprocessor_config.json
+  int64_t max_pixels = 0;
+  int64_t max_image_pixels = 50'000'000;  // refuse larger decoded images
+  std::string cache_dir;       // TorchScript module cache; "" = default
+  bool build_vision_if_missing = true;
+};
+
+struct Timings {
+  double load_s = 0;     // session construction
+  double image_s = 0;    // decode + preprocess
+  double vision_s = 0;   // vision encoder + projector
+  double prefill_s = 0;
+  double decode_s = 0;
+  double ttft_s = 0;     // from ask() to the first generated token
+};
+
+struct Answer {
+  std::string text;
+  std::vector<int32_t> tokens;     // generated ids (without the final eos)
+  int64_t prompt_tokens = 0;       // tokens this turn added before generating
+  std::vector<ImageGrid> grids;
+  std::vector<std::pair<int64_t, int64_t>> image_sizes;  // (width, height) as decoded
+  std::string stop_reason;         // eos | length | interrupted
+  Timings timings;
+  double decode_tokens_per_s() const;
+  double prefill_tokens_per_s() const;
+};
+
+struct SessionStats {
+  int64_t cached_tokens = 0;
+  int64_t max_context = 0;
+  int64_t vision_calls = 0;        // times the vision encoder ran
+  int64_t images_encoded = 0;
+  int64_t turns = 0;
+  int64_t peak_rss_mb = 0;
+};
+
+// Return false to stop generation (Ctrl-C, a consumer that has enough).
+using TextCallback = std::function<bool(const std::string& piece)>;
+
+class Session {
+ public:
+  explicit Session(const SessionOptions& options);  // throws qvl::Error
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Adds `turn` (user messages, optionally a leading system message on the
+  // first turn) to the conversation and generates the assistant's reply.
+  Answer ask(const std::vector<Message>& turn, const SamplingOptions& sampling, const TextCallback& on_text = {});
+
+  void reset();  // forget the conversation (the model stays loaded)
+  SessionStats stats() const;
+  const ModelConfig& config() const;
+  const GenerationConfig& generation_config() const;
+  double load_seconds() const;
+  // Loads the vision encoder now instead of at the first image (for benchmarks).
+  void warm_vision();
+  // Tokenizer access for front ends (e.g. counting tokens).
+  std::vector<int32_t> tokenize(const std::string& text) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Peak resident set size of this process so far, in MiB (from /proc).
+int64_t peak_rss_mb();
+
+}  // namespace qvl

@@ -1,0 +1,442 @@
+// The native text decoder against the reference goldens of the tiny checkpoint.
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "qvl/decoder/decoder.h"
+#include "qvl/decoder/kv_cache.h"
+#include "qvl/decoder/layer.h"
+#include "qvl/decoder/rope.h"
+#include "qvl/decoder/torch_view.h"
+#include "qvl/error.h"
+#include "qvl/kernels/linear.h"
+#include "qvl/io/safetensors.h"
+#include "qvl/model/config.h"
+#include "test_support.h"
+
+// ATen brings glog, whose CHECK macros would silently replace doctest's (and
+// abort instead of reporting): drop them before doctest defines its own.
+#undef CHECK
+#undef CHECK_EQ
+#undef CHECK_NE
+#undef CHECK_LT
+#undef CHECK_LE
+#undef CHECK_GT
+#undef CHECK_GE
+#include <doctest/doctest.h>
+
+using namespace qvl;
+
+namespace {
+
+const std::vector<std::string> kCases = {"text_only", "one_image", "system_image", "multi_turn"};
+const std::vector<int64_t> kStopIds = {151645, 151643};
+
+const SafetensorsFile& goldens_file() {
+  static SafetensorsFile f(test::data_path("goldens_model.safetensors"));
+  return f;
+}
+bool has_golden(const std::string& name) { return goldens_file().find(name) != nullptr; }
+// A read-only view of a golden tensor: copy before writing.
+at::Tensor golden(const std::string& name) { return tensor_view(goldens_file().get(name)); }
+
+const Checkpoint& tiny_checkpoint() {
+  static Checkpoint c(test::tiny_model_dir());
+  return c;
+}
+const TextConfig& tiny_config() {
+  static TextConfig c = load_model_config(test::tiny_model_dir()).text;
+  return c;
+}
+
+// One prompt as the reference fed it to the text decoder.
+struct Prompt {
+  at::Tensor embeds;     // [L, hidden] float32
+  at::Tensor positions;  // [3, L] int64
+  std::optional<DeepstackInput> deepstack;
+  int64_t length() const { return embeds.size(0); }
+  const DeepstackInput* deepstack_ptr() const { return deepstack ? &*deepstack : nullptr; }
+};
+
+Prompt load_prompt(const std::string& name) {
+  Prompt p;
+  p.embeds = golden(name + ".inputs_embeds");
+  const int64_t L = p.embeds.size(0);
+  if (has_golden(name + ".position_ids"))
+    p.positions = golden(name + ".position_ids").reshape({3, L});
+  else  // text only: the reference uses 0..L-1 on all three axes
+    p.positions = at::arange(L, at::kLong).expand({3, L}).contiguous();
+  if (has_golden(name + ".visual_pos_masks")) {
+    DeepstackInput ds;
+    ds.visual_mask = golden(name + ".visual_pos_masks").to(at::kBool);
+    for (int i = 0; has_golden(name + ".deepstack_visual_embeds." + std::to_string(i)); ++i)
+      ds.features.push_back(golden(name + ".deepstack_visual_embeds." + std::to_string(i)));
+    p.deepstack = ds;
+  }
+  return p;
+}
+
+// Tokens [start, start + len) of a prompt, with the deepstack rows that belong to them.
+Prompt slice(const Prompt& p, int64_t start, int64_t len) {
+  Prompt s;
+  s.embeds = p.embeds.narrow(0, start, len);
+  s.positions = p.positions.narrow(1, start, len);
+  if (p.deepstack) {
+    const at::Tensor& mask = p.deepstack->visual_mask;
+    const int64_t before = mask.narrow(0, 0, start).to(at::kLong).sum().item<int64_t>();
+    const int64_t inside = mask.narrow(0, start, len).to(at::kLong).sum().item<int64_t>();
+    DeepstackInput ds;
+    ds.visual_mask = mask.narrow(0, start, len);
+    for (const at::Tensor& f : p.deepstack->features) ds.features.push_back(f.narrow(0, before, inside));
+    s.deepstack = ds;
+  }
+  return s;
+}
+
+std::vector<int64_t> json_ids(const nlohmann::json& j) { return j.get<std::vector<int64_t>>(); }
+const nlohmann::json& model_case(const std::string& name) { return test::goldens()["model_cases"][name]; }
+
+std::vector<int32_t> prompt_ids(const std::string& name) {
+  at::Tensor ids = golden(name + ".input_ids").to(at::kInt).contiguous();
+  return std::vector<int32_t>(ids.data_ptr<int32_t>(), ids.data_ptr<int32_t>() + ids.numel());
+}
+
+double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(at::kFloat) - b.to(at::kFloat)).abs().max().item<double>();
+}
+double max_abs(const at::Tensor& a) { return a.to(at::kFloat).abs().max().item<double>(); }
+int64_t top1(const at::Tensor& logits) { return logits.argmax().item<int64_t>(); }
+
+Decoder make_decoder(at::ScalarType dtype, bool lazy = true, int64_t max_context = 256) {
+  DecoderOptions o;
+  o.dtype = dtype;
+  o.lazy = lazy;
+  o.max_context = max_context;
+  return Decoder(tiny_checkpoint(), tiny_config(), o);
+}
+
+// Greedy decoding as the reference ran it: decode steps continue the position
+// ids from one past the prompt's largest, equal on all three axes.
+std::vector<int64_t> greedy(Decoder& dec, const Prompt& p, int max_new) {
+  dec.reset();
+  at::Tensor logits = dec.forward(p.embeds, p.positions, p.deepstack_ptr());
+  const int64_t next_position = p.positions.max().item<int64_t>() + 1;
+  std::vector<int64_t> out;
+  for (int step = 0; step < max_new; ++step) {
+    const int64_t token = top1(logits);
+    out.push_back(token);
+    if (std::find(kStopIds.begin(), kStopIds.end(), token) != kStopIds.end() || step + 1 == max_new) break;
+    at::Tensor pos = at::full({3, 1}, next_position + step, at::kLong);
+    logits = dec.forward(dec.embed({static_cast<int32_t>(token)}), pos);
+  }
+  return out;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("decoder f32: every hidden state and the last logits match the reference") {
+  Decoder dec = make_decoder(at::kFloat);
+  for (const std::string& name : kCases) {
+    CAPTURE(name);
+    const Prompt p = load_prompt(name);
+    dec.reset();
+    ForwardTrace trace;
+    at::Tensor logits = dec.forward(p.embeds, p.positions, p.deepstack_ptr(), false, &trace);
+    CHECK(dec.cached() == p.length());
+
+    const at::Tensor ref = golden(name + ".hidden_states");
+    REQUIRE(static_cast<int64_t>(trace.hidden_states.size()) == ref.size(0));
+    for (int64_t k = 0; k < ref.size(0); ++k) {
+      CAPTURE(k);
+      CHECK(max_abs_diff(trace.hidden_states[k], ref[k]) <= 1e-4 * max_abs(ref[k]));
+    }
+    REQUIRE(logits.sizes() == at::IntArrayRef({tiny_config().vocab_size}));
+    CHECK((logits.scalar_type() == at::kFloat));
+    CHECK(max_abs_diff(logits, golden(name + ".logits_last")) <= 1e-3);
+    CHECK(top1(logits) == model_case(name)["last_top5_ids"][0].get<int64_t>());
+  }
+}
+
+TEST_CASE("decoder f32: all_logits gives the reference argmax at every position") {
+  Decoder dec = make_decoder(at::kFloat);
+  for (const std::string& name : kCases) {
+    CAPTURE(name);
+    const Prompt p = load_prompt(name);
+    dec.reset();
+    at::Tensor logits = dec.forward(p.embeds, p.positions, p.deepstack_ptr(), /*all_logits=*/true);
+    REQUIRE(logits.sizes() == at::IntArrayRef({p.length(), tiny_config().vocab_size}));
+    at::Tensor best = logits.argmax(1).contiguous();
+    std::vector<int64_t> ours(best.data_ptr<int64_t>(), best.data_ptr<int64_t>() + best.numel());
+    CHECK(ours == json_ids(model_case(name)["argmax_per_position"]));
+    CHECK(max_abs_diff(logits[p.length() - 1], golden(name + ".logits_last")) <= 1e-3);
+  }
+}
+
+TEST_CASE("decoder embed: token embeddings equal the reference inputs_embeds at text positions") {
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    Decoder dec = make_decoder(dtype);
+    for (const std::string& name : kCases) {
+      CAPTURE(name);
+      const Prompt p = load_prompt(name);
+      at::Tensor emb = dec.embed(prompt_ids(name));
+      CHECK((emb.scalar_type() == dtype));
+      REQUIRE(emb.sizes() == p.embeds.sizes());
+      at::Tensor text = p.deepstack ? p.deepstack->visual_mask.logical_not() : at::ones({p.length()}, at::kBool);
+      CHECK(text.sum().item<int64_t>() > 0);
+      // The checkpoint is bf16, so its values are exact in float32 as well.
+      CHECK(at::equal(emb.index({text}).to(at::kFloat), p.embeds.index({text})));
+    }
+    CHECK(error_of([&] { dec.embed({-1}); }).find("outside the vocabulary") != std::string::npos);
+    CHECK(error_of([&] { dec.embed({static_cast<int32_t>(tiny_config().vocab_size)}); }) != "");
+  }
+}
+
+TEST_CASE("decoder KV cache: prefill all but the last token, decode it alone, same logits") {
+  Decoder dec = make_decoder(at::kFloat);
+  for (const std::string& name : kCases) {
+    CAPTURE(name);
+    const Prompt p = load_prompt(name);
+    const int64_t L = p.length();
+    dec.reset();
+    const Prompt head = slice(p, 0, L - 1), last = slice(p, L - 1, 1);
+    dec.forward(head.embeds, head.positions, head.deepstack_ptr());
+    CHECK(dec.cached() == L - 1);
+    at::Tensor logits = dec.forward(last.embeds, last.positions, last.deepstack_ptr());
+    CHECK(dec.cached() == L);
+    CHECK(max_abs_diff(logits, golden(name + ".logits_last")) <= 1e-3);
+
+    // truncate() rewinds: the same last token again gives the same answer.
+    dec.truncate(L - 1);
+    CHECK(dec.cached() == L - 1);
+    at::Tensor again = dec.forward(last.embeds, last.positions, last.deepstack_ptr());
+    CHECK(at::equal(again, logits));
+  }
+}
+
+TEST_CASE("decoder KV cache: prefill in uneven chunks matches the reference") {
+  Decoder dec = make_decoder(at::kFloat);
+  const Prompt p = load_prompt("system_image");  // the image spans the chunk borders
+  const int64_t L = p.length();
+  at::Tensor logits;
+  for (int64_t start = 0, len = 7; start < L; start += len, len = len * 2 + 3) {
+    const Prompt part = slice(p, start, std::min(len, L - start));
+    logits = dec.forward(part.embeds, part.positions, part.deepstack_ptr());
+  }
+  CHECK(dec.cached() == L);
+  CHECK(max_abs_diff(logits, golden("system_image.logits_last")) <= 1e-3);
+}
+
+TEST_CASE("decoder f32: greedy generation reproduces the reference tokens exactly") {
+  Decoder dec = make_decoder(at::kFloat);
+  for (const std::string& name : kCases) {
+    CAPTURE(name);
+    const std::vector<int64_t> expected = json_ids(model_case(name)["greedy_16"]);
+    CHECK(greedy(dec, load_prompt(name), 16) == expected);
+  }
+}
+
+// The reference's own bf16 run differs from its float32 run by up to
+// bf16_vs_fp32_last_maxabs (~0.02). Ours is another bf16 run with different
+// rounding order, so by the triangle inequality it can sit up to about twice
+// that from the reference bf16 logits; 2.5x leaves a little room.
+TEST_CASE("decoder bf16: same top-1 as float32, logits within the reference's own bf16 error") {
+  Decoder dec = make_decoder(at::kBFloat16);
+  for (const std::string& name : kCases) {
+    CAPTURE(name);
+    const Prompt p = load_prompt(name);
+    dec.reset();
+    at::Tensor logits = dec.forward(p.embeds, p.positions, p.deepstack_ptr());
+    const at::Tensor ref32 = golden(name + ".logits_last"), ref16 = golden(name + ".logits_last_bf16");
+    const double reference_bf16_error = model_case(name)["bf16_vs_fp32_last_maxabs"].get<double>();
+    const double vs_bf16 = max_abs_diff(logits, ref16), vs_f32 = max_abs_diff(logits, ref32);
+    MESSAGE(name << ": |ours-ref_bf16| " << vs_bf16 << ", |ours-ref_f32| " << vs_f32 << ", reference bf16 error "
+                 << reference_bf16_error);
+    CHECK(top1(logits) == top1(ref32));
+    CHECK(vs_bf16 <= 2.5 * reference_bf16_error);
+    CHECK(vs_f32 <= 2.5 * reference_bf16_error);
+  }
+}
+
+TEST_CASE("decoder lazy and eager loading give identical results") {
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    CAPTURE(dtype);
+    Decoder lazy = make_decoder(dtype, true);
+    Decoder eager = make_decoder(dtype, false);
+    CHECK(lazy.layers_loaded() == 0);
+    CHECK(eager.layers_loaded() == tiny_config().num_hidden_layers);
+    const Prompt p = load_prompt("one_image");
+    ForwardTrace t_lazy, t_eager;
+    at::Tensor a = lazy.forward(p.embeds, p.positions, p.deepstack_ptr(), false, &t_lazy);
+    at::Tensor b = eager.forward(p.embeds, p.positions, p.deepstack_ptr(), false, &t_eager);
+    CHECK(lazy.layers_loaded() == tiny_config().num_hidden_layers);
+    CHECK(at::equal(a, b));
+    REQUIRE(t_lazy.hidden_states.size() == t_eager.hidden_states.size());
+    for (size_t k = 0; k < t_lazy.hidden_states.size(); ++k)
+      CHECK(at::equal(t_lazy.hidden_states[k], t_eager.hidden_states[k]));
+  }
+}
+
+TEST_CASE("decoder: exceeding max_context is an error that leaves the cache as it was") {
+  const Prompt p = load_prompt("text_only");
+  const int64_t L = p.length();
+  Decoder dec = make_decoder(at::kFloat, true, L);
+  dec.forward(p.embeds, p.positions);
+  CHECK(dec.cached() == L);
+  const Prompt one = slice(p, 0, 1);
+  std::string err = error_of([&] { dec.forward(one.embeds, one.positions); });
+  CHECK(err.find("max_context") != std::string::npos);
+  CHECK(dec.cached() == L);
+
+  Decoder small = make_decoder(at::kFloat, true, L - 1);
+  CHECK(error_of([&] { small.forward(p.embeds, p.positions); }).find("max_context") != std::string::npos);
+  CHECK(small.cached() == 0);
+  const Prompt head = slice(p, 0, L - 1);
+  at::Tensor logits = small.forward(head.embeds, head.positions);  // still usable
+  CHECK(small.cached() == L - 1);
+  CHECK(error_of([&] { small.truncate(L); }) != "");
+}
+
+TEST_CASE("decoder: bad inputs are one-line errors") {
+  Decoder dec = make_decoder(at::kFloat);
+  const Prompt p = load_prompt("one_image");
+  const int64_t L = p.length();
+  CHECK(error_of([&] { dec.forward(at::zeros({L, 31}), p.positions); }).find("[L, 32]") != std::string::npos);
+  CHECK(error_of([&] { dec.forward(p.embeds, p.positions.narrow(1, 0, L - 1)); }).find("position ids") !=
+        std::string::npos);
+  DeepstackInput bad = *p.deepstack;
+  bad.features[1] = bad.features[1].narrow(0, 0, 5);
+  CHECK(error_of([&] { dec.forward(p.embeds, p.positions, &bad); }).find("deepstack feature 1") !=
+        std::string::npos);
+  CHECK(dec.cached() == 0);
+}
+
+TEST_CASE("decoder: a checkpoint that does not fit the config names the tensor and both shapes") {
+  TextConfig wide = tiny_config();
+  wide.hidden_size = 64;
+  DecoderOptions o;
+  std::string err = error_of([&] { Decoder d(tiny_checkpoint(), wide, o); });
+  CHECK(err.find("model.language_model.embed_tokens.weight") != std::string::npos);
+  CHECK(err.find("[151936, 32]") != std::string::npos);
+  CHECK(err.find("[151936, 64]") != std::string::npos);
+  CHECK(err.find('\n') == std::string::npos);
+
+  TextConfig deeper = tiny_config();
+  deeper.num_hidden_layers = 5;
+  CHECK(error_of([&] { Decoder d(tiny_checkpoint(), deeper, o); }).find("layers.4.") != std::string::npos);
+
+  TextConfig untied = tiny_config();
+  untied.tie_word_embeddings = false;
+  CHECK(error_of([&] { Decoder d(tiny_checkpoint(), untied, o); }).find("lm_head.weight") != std::string::npos);
+}
+
+TEST_CASE("decoder rope: interleaved frequency-to-axis layout of Qwen3-VL") {
+  TextConfig cfg = tiny_config();  // head_dim 128, sections [24, 20, 20], interleaved
+  MultimodalRope rope(cfg);
+  const std::vector<int64_t>& axis = rope.axis_of_frequency();
+  REQUIRE(axis.size() == 64);
+  std::vector<int64_t> counts(3, 0);
+  for (int64_t a : axis) counts[a]++;
+  CHECK(counts == std::vector<int64_t>({24, 20, 20}));
+  CHECK(axis[0] == 0);
+  CHECK(axis[1] == 1);
+  CHECK(axis[2] == 2);
+  CHECK(axis[58] == 1);
+  CHECK(axis[59] == 2);
+  CHECK(axis[60] == 0);
+  CHECK(axis[63] == 0);
+}
+
+// Timings: run with  ./tests/qvl_model_tests -tc='*timing*' --no-skip
+TEST_CASE("decoder timing: one decode step on the tiny model" * doctest::skip()) {
+  for (int threads : {2, 1})
+  for (at::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
+    at::set_num_threads(threads);
+    Decoder dec = make_decoder(dtype, false, 512);
+    const Prompt p = load_prompt("one_image");
+    at::Tensor logits = dec.forward(p.embeds, p.positions, p.deepstack_ptr());
+    const int steps = 100;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int s = 0; s < steps; ++s) {
+      at::Tensor pos = at::full({3, 1}, 100 + s, at::kLong);
+      logits = dec.forward(dec.embed({static_cast<int32_t>(top1(logits))}), pos);
+    }
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
+    MESSAGE("tiny model, " << std::string(c10::toString(dtype)) << ", " << threads << " threads: " << ms << " ms per decode step (embed + "
+                           << "forward + argmax, context ~" << p.length() << ")");
+  }
+}
+
+// The real 2B text shapes with random bf16 weights built in memory, driven
+// through the same layer code Decoder::forward runs. Needs ~4 GB of RAM.
+TEST_CASE("decoder timing 2b: one decode step at Qwen3-VL-2B text shapes" * doctest::skip()) {
+  at::set_num_threads(2);
+  TextConfig cfg;  // defaults are the 2B shapes
+  const auto bf16 = at::TensorOptions().dtype(at::kBFloat16);
+  auto random = [&](std::vector<int64_t> shape, double scale) { return (at::randn(shape) * scale).to(at::kBFloat16); };
+  auto norm = [&](int64_t n) { return at::ones({n}, bf16); };
+  const int64_t q_dim = cfg.num_attention_heads * cfg.head_dim, kv_dim = cfg.num_key_value_heads * cfg.head_dim;
+  std::vector<LayerWeights> layers(cfg.num_hidden_layers);
+  for (LayerWeights& w : layers) {
+    w.input_norm = norm(cfg.hidden_size);
+    w.post_attention_norm = norm(cfg.hidden_size);
+    w.q_proj = random({q_dim, cfg.hidden_size}, 0.02);
+    w.k_proj = random({kv_dim, cfg.hidden_size}, 0.02);
+    w.v_proj = random({kv_dim, cfg.hidden_size}, 0.02);
+    w.o_proj = random({cfg.hidden_size, q_dim}, 0.02);
+    w.q_norm = norm(cfg.head_dim);
+    w.k_norm = norm(cfg.head_dim);
+    w.gate_proj = random({cfg.intermediate_size, cfg.hidden_size}, 0.02);
+    w.up_proj = random({cfg.intermediate_size, cfg.hidden_size}, 0.02);
+    w.down_proj = random({cfg.hidden_size, cfg.intermediate_size}, 0.02);
+  }
+  const at::Tensor embed = random({cfg.vocab_size, cfg.hidden_size}, 0.02);
+  const at::Tensor final_norm = norm(cfg.hidden_size);
+  MultimodalRope rope(cfg);
+  KvCache cache(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, 4096, at::kBFloat16);
+  LayerWorkspace ws(cfg, at::kBFloat16);
+  at::Tensor logits = at::empty({1, cfg.vocab_size}, bf16);
+
+  auto step = [&](const at::Tensor& embeds) {
+    const int64_t L = embeds.size(0);
+    const RopeTables tables = rope.tables(at::arange(cache.size(), cache.size() + L, at::kLong).expand({3, L}));
+    at::Tensor h = embeds;
+    for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) h = run_decoder_layer(h, layers[i], cfg, tables, cache, i, ws);
+    cache.commit(L);
+    linear_into(logits, rms_norm(h.narrow(0, L - 1, 1), final_norm, cfg.rms_norm_eps), embed);
+    return logits.argmax().item<int64_t>();
+  };
+  auto ms_since = [](std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  int64_t token = 0;
+  for (int threads : {2, 1})
+  for (int64_t prompt : {int64_t(100), int64_t(1000)}) {
+    at::set_num_threads(threads);
+    cache.reset();
+    auto t0 = std::chrono::steady_clock::now();
+    token = step(embed.index_select(0, at::arange(prompt, at::kLong)));
+    const double prefill_ms = ms_since(t0);
+    for (int s = 0; s < 3; ++s) token = step(embed.narrow(0, token, 1));  // warm up
+    const int steps = 20;
+    t0 = std::chrono::steady_clock::now();
+    for (int s = 0; s < steps; ++s) token = step(embed.narrow(0, token, 1));
+    const double ms = ms_since(t0) / steps;
+    MESSAGE("2B text shapes, bf16, " << threads << " threads, prompt " << prompt << ": prefill " << prefill_ms << " ms ("
+                                                      << prompt * 1000.0 / prefill_ms << " tok/s); decode " << ms
+                                                      << " ms/token = " << 1000.0 / ms << " tok/s");
+  }
+}
