@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "common.h"
 #include "qvl/error.h"
+#include "qvl/io/safetensors.h"
 #include "qvl/text/chat.h"
 
 namespace qvl::app {
@@ -20,6 +21,7 @@ struct AskFlags {
   std::string system;
   std::string prompt;
   bool json = false;
+  std::string dump_logits;  // debugging: first-step logits as safetensors
 };
 
 std::vector<Message> build_messages(const AskFlags& f) {
@@ -65,7 +67,9 @@ nlohmann::json answer_json(const Answer& a, const std::vector<std::string>& imag
 
 int run_ask(const AskFlags& f) {
   std::vector<Message> messages = build_messages(f);
-  Session session(make_session_options(f.model));
+  SessionOptions session_options = make_session_options(f.model);
+  session_options.keep_first_logits = !f.dump_logits.empty();
+  Session session(session_options);
   SamplingOptions sampling = make_sampling(f.sampling, session.generation_config());
   install_interrupt_handler();
   const bool stream = !f.json;
@@ -76,6 +80,10 @@ int run_ask(const AskFlags& f) {
     }
     return !interrupted();
   });
+  if (!f.dump_logits.empty()) {
+    const std::vector<int64_t> shape = {int64_t(a.first_logits.size())};
+    write_safetensors(f.dump_logits, {{"logits", DType::F32, shape, a.first_logits.data()}});
+  }
   if (f.json) {
     fmt::print("{}\n", answer_json(a, image_paths(messages), session.load_seconds()).dump());
   } else {
@@ -106,6 +114,8 @@ void register_ask(CLI::App& app, int& exit_code) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--system", f->system, "System message");
   cmd->add_flag("--json", f->json, "Print one JSON object (text, tokens, prompt_tokens, images, timings) instead of streaming");
+  cmd->add_option("--dump-logits", f->dump_logits, "Write the first step's logits (F32) to a safetensors file")
+      ->group("Debugging");
   cmd->add_option("prompt", f->prompt, "The question, or - to read it from stdin");
   cmd->callback([f, &exit_code] { exit_code = run_ask(*f); });
 }

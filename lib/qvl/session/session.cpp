@@ -145,24 +145,39 @@ SessionStats Session::stats() const {
   return s;
 }
 
+const PreprocessorConfig& Session::preprocessor_config() const { return impl_->preprocessor; }
+
 Answer Session::ask(const std::vector<Message>& turn, const SamplingOptions& sampling, const TextCallback& on_text) {
+  // 1. Images: decode and preprocess (rejecting bad files before any model work).
+  const auto t_image = Clock::now();
+  std::vector<PatchifiedImage> images;
+  std::vector<std::pair<int64_t, int64_t>> sizes;
+  ImageLimits limits;
+  limits.max_pixels = impl_->options.max_image_pixels;
+  for (const std::string& path : image_paths(turn)) {
+    RgbImage rgb = decode_image_file(path, limits);
+    sizes.emplace_back(rgb.width, rgb.height);
+    images.push_back(preprocess_image(rgb, impl_->preprocessor));
+  }
+  const double image_s = seconds_since(t_image);
+  Answer answer = ask(turn, images, sampling, on_text);
+  answer.image_sizes = std::move(sizes);
+  answer.timings.image_s = image_s;
+  answer.timings.ttft_s += image_s;  // the first token waited for the images too
+  return answer;
+}
+
+Answer Session::ask(const std::vector<Message>& turn, const std::vector<PatchifiedImage>& images,
+                    const SamplingOptions& sampling, const TextCallback& on_text) {
   Impl& s = *impl_;
   at::NoGradGuard no_grad;
   const auto t_start = Clock::now();
   Answer answer;
-
-  // 1. Images: decode and preprocess (rejecting bad files before any model work).
-  const auto t_image = Clock::now();
-  std::vector<PatchifiedImage> images;
-  ImageLimits limits;
-  limits.max_pixels = s.options.max_image_pixels;
-  for (const std::string& path : image_paths(turn)) {
-    RgbImage rgb = decode_image_file(path, limits);
-    answer.image_sizes.emplace_back(rgb.width, rgb.height);
-    images.push_back(preprocess_image(rgb, s.preprocessor));
-    answer.grids.push_back(images.back().grid);
-  }
-  answer.timings.image_s = seconds_since(t_image);
+  const size_t image_parts = image_paths(turn).size();
+  if (images.size() != image_parts)
+    throw Error("the turn has " + std::to_string(image_parts) + " image parts but " + std::to_string(images.size()) +
+                " preprocessed images were given");
+  for (const auto& img : images) answer.grids.push_back(img.grid);
 
   // 2. Prompt text for this turn, continuing the conversation if there is one.
   if (s.decoder.cached() > 0 && !turn.empty() && turn[0].role == "system")
@@ -235,9 +250,11 @@ Answer Session::ask(const std::vector<Message>& turn, const SamplingOptions& sam
   answer.stop_reason = "length";
   for (int64_t step = 0; step < sampling.max_new_tokens; ++step) {
     at::Tensor l = logits.to(at::kFloat).contiguous();
+    if (step == 0 && s.options.keep_first_logits)
+      answer.first_logits.assign(l.data_ptr<float>(), l.data_ptr<float>() + l.numel());
     int32_t token = sampler.next(l.data_ptr<float>(), l.numel(), s.context, answer.tokens);
     if (step == 0) answer.timings.ttft_s = seconds_since(t_start);
-    if (sampler.is_eos(token)) {
+    if (!sampling.ignore_eos && sampler.is_eos(token)) {
       answer.stop_reason = "eos";
       break;
     }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "qvl/generate/sampler.h"
+#include "qvl/image/preprocess.h"
 #include "qvl/model/config.h"
 #include "qvl/model/grid.h"
 #include "qvl/text/chat.h"
@@ -28,6 +29,7 @@ struct SessionOptions {
   int64_t max_image_pixels = 50'000'000;  // refuse larger decoded images
   std::string cache_dir;       // TorchScript module cache; "" = default
   bool build_vision_if_missing = true;
+  bool keep_first_logits = false;  // copy the logits of the first generated token into Answer (debugging, dtype comparisons)
 };
 
 struct Timings {
@@ -45,7 +47,8 @@ struct Answer {
   int64_t prompt_tokens = 0;       // tokens this turn added before generating
   std::vector<ImageGrid> grids;
   std::vector<std::pair<int64_t, int64_t>> image_sizes;  // (width, height) as decoded
-  std::string stop_reason;         // eos | length | interrupted
+  std::string stop_reason;         // eos | length | interrupted | context
+  std::vector<float> first_logits; // only with SessionOptions::keep_first_logits
   Timings timings;
   double decode_tokens_per_s() const;
   double prefill_tokens_per_s() const;
@@ -73,11 +76,19 @@ class Session {
   // Adds `turn` (user messages, optionally a leading system message on the
   // first turn) to the conversation and generates the assistant's reply.
   Answer ask(const std::vector<Message>& turn, const SamplingOptions& sampling, const TextCallback& on_text = {});
+  // The same with the images already decoded and preprocessed (e.g. on another
+  // thread, with preprocessor_config()): images[i] stands for the i-th image
+  // part of `turn`, whose path is not read. Answer::image_sizes stays empty and
+  // timings.image_s zero: the caller did that work.
+  Answer ask(const std::vector<Message>& turn, const std::vector<PatchifiedImage>& images,
+             const SamplingOptions& sampling, const TextCallback& on_text = {});
 
   void reset();  // forget the conversation (the model stays loaded)
   SessionStats stats() const;
   const ModelConfig& config() const;
   const GenerationConfig& generation_config() const;
+  // preprocessor_config.json with SessionOptions::min_pixels/max_pixels applied.
+  const PreprocessorConfig& preprocessor_config() const;
   double load_seconds() const;
   // Loads the vision encoder now instead of at the first image (for benchmarks).
   void warm_vision();
