@@ -92,7 +92,7 @@ at::Tensor Decoder::forward(const at::Tensor& embeds, const at::Tensor& position
   at::Tensor normed = rms_norm(hidden, weights_->final_norm(), cfg_.rms_norm_eps);
   if (trace) trace->hidden_states.push_back(normed);
   if (all_logits) return at::linear(normed, weights_->lm_head()).to(at::kFloat);
-  linear_into(logits_buffer_, normed.narrow(0, L - 1, 1), weights_->lm_head());
+  kernels::linear_into(logits_buffer_, normed.narrow(0, L - 1, 1), weights_->lm_head());
   return logits_buffer_.squeeze(0).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
 }
 

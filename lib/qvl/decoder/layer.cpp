@@ -1,5 +1,6 @@
 #include "qvl/decoder/layer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -8,29 +9,46 @@
 namespace qvl {
 namespace {
 
-// Attention of the L new queries q [L, heads, head_dim] over the first `total`
-// cached keys/values, of which the last L are the new tokens' own. Writes the
-// result into out [L, heads * head_dim].
-void attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, int64_t past, at::Tensor& out) {
-  const int64_t L = q.size(0), heads = q.size(1), head_dim = q.size(2);
-  const int64_t kv_heads = keys.size(0), total = keys.size(1);
+// Queries handled together in a long prefill: bounds the float32 score matrix
+// to kv_heads x group x kQueryBlock x context.
+constexpr int64_t kQueryBlock = 256;
+
+// Attention of n queries q [n, heads, head_dim] over keys/values [kv_heads,
+// visible, head_dim], the first query sitting at position `first` (queries are
+// the last n of the visible tokens). Writes out [n, heads * head_dim].
+void attend_block(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, int64_t first,
+                  at::Tensor out) {
+  const int64_t n = q.size(0), heads = q.size(1), head_dim = q.size(2);
+  const int64_t kv_heads = keys.size(0), visible = keys.size(1);
   const int64_t group = heads / kv_heads;
   // Query head h uses key/value head h / group. Stacking each group's queries
   // as rows lets one batched matmul per key/value head do the work without
-  // repeating the cache per query head: rows are ordered (g, l).
-  at::Tensor grouped = q.view({L, kv_heads, group, head_dim}).permute({1, 2, 0, 3}).reshape({kv_heads, group * L, head_dim});
+  // repeating the cache per query head: rows are ordered (g, i).
+  at::Tensor grouped = q.view({n, kv_heads, group, head_dim}).permute({1, 2, 0, 3}).reshape({kv_heads, group * n, head_dim});
   // Scores stay float32 even for a bf16 cache: rounding them to bf16 before the
   // softmax doubled the logits' distance from the reference's bf16 run.
-  at::Tensor scores = at::bmm(grouped.to(at::kFloat), keys.transpose(1, 2).to(at::kFloat));  // [kv, group*L, total]
+  at::Tensor scores = at::bmm(grouped.to(at::kFloat), keys.transpose(1, 2).to(at::kFloat));  // [kv, group*n, visible]
   scores.mul_(1.0 / std::sqrt(static_cast<double>(head_dim)));
-  if (L > 1) {
-    // New token l sits at position past + l and may see keys 0..past + l.
-    at::Tensor future = at::ones({L, total}, at::TensorOptions().dtype(at::kBool)).triu(past + 1);
-    scores.view({kv_heads, group, L, total}).masked_fill_(future, -std::numeric_limits<float>::infinity());
+  if (n > 1) {
+    // Query i sits at position first + i and may see keys 0..first + i.
+    at::Tensor future = at::ones({n, visible}, at::TensorOptions().dtype(at::kBool)).triu(first + 1);
+    scores.view({kv_heads, group, n, visible}).masked_fill_(future, -std::numeric_limits<float>::infinity());
   }
   at::Tensor probs = at::softmax(scores, -1).to(values.scalar_type());
-  at::Tensor mixed = at::bmm(probs, values);  // [kv, group*L, head_dim]
-  out.view({L, kv_heads, group, head_dim}).copy_(mixed.view({kv_heads, group, L, head_dim}).permute({2, 0, 1, 3}));
+  at::Tensor mixed = at::bmm(probs, values);  // [kv, group*n, head_dim]
+  out.view({n, kv_heads, group, head_dim}).copy_(mixed.view({kv_heads, group, n, head_dim}).permute({2, 0, 1, 3}));
+}
+
+// Causal attention of the L new queries, whose keys/values are already stored
+// at cache positions [past, past + L). Writes out [L, heads * head_dim].
+void attend(const at::Tensor& q, const KvCache& cache, int64_t layer, int64_t past, at::Tensor& out) {
+  const int64_t L = q.size(0);
+  for (int64_t start = 0; start < L; start += kQueryBlock) {
+    const int64_t n = std::min(kQueryBlock, L - start);
+    const int64_t visible = past + start + n;
+    attend_block(q.narrow(0, start, n), cache.keys(layer, visible), cache.values(layer, visible), past + start,
+                 out.narrow(0, start, n));
+  }
 }
 
 }  // namespace
@@ -67,21 +85,21 @@ at::Tensor run_decoder_layer(const at::Tensor& hidden, const LayerWeights& w, co
   LayerWorkspace::Views b = ws.rows(L);
 
   at::Tensor x = rms_norm(hidden, w.input_norm, cfg.rms_norm_eps);
-  linear_into(b.q, x, w.q_proj, w.q_bias);
-  linear_into(b.k, x, w.k_proj, w.k_bias);
-  linear_into(b.v, x, w.v_proj, w.v_bias);
+  kernels::linear_into(b.q, x, w.q_proj, w.q_bias);
+  kernels::linear_into(b.k, x, w.k_proj, w.k_bias);
+  kernels::linear_into(b.v, x, w.v_proj, w.v_bias);
   at::Tensor q = apply_rope(rms_norm(b.q.view({L, heads, head_dim}), w.q_norm, cfg.rms_norm_eps), rope);
   at::Tensor k = apply_rope(rms_norm(b.k.view({L, kv_heads, head_dim}), w.k_norm, cfg.rms_norm_eps), rope);
   cache.store(layer_index, k.transpose(0, 1), b.v.view({L, kv_heads, head_dim}).transpose(0, 1));
-  attend(q, cache.keys(layer_index, past + L), cache.values(layer_index, past + L), past, b.attn);
-  linear_into(b.o, b.attn, w.o_proj, w.o_bias);
+  attend(q, cache, layer_index, past, b.attn);
+  kernels::linear_into(b.o, b.attn, w.o_proj, w.o_bias);
   at::Tensor h = hidden + b.o;
 
   x = rms_norm(h, w.post_attention_norm, cfg.rms_norm_eps);
-  linear_into(b.gate, x, w.gate_proj);
-  linear_into(b.up, x, w.up_proj);
+  kernels::linear_into(b.gate, x, w.gate_proj);
+  kernels::linear_into(b.up, x, w.up_proj);
   at::silu_(b.gate).mul_(b.up);
-  linear_into(b.down, b.gate, w.down_proj);
+  kernels::linear_into(b.down, b.gate, w.down_proj);
   return h.add_(b.down);
 }
 
