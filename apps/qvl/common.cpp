@@ -1,5 +1,7 @@
 #include "common.h"
 
+#include <signal.h>
+
 #include <csignal>
 #include <iostream>
 #include <iterator>
@@ -59,7 +61,13 @@ static void on_sigint(int) {
   }
 }
 
-void install_interrupt_handler() { std::signal(SIGINT, on_sigint); }
+void install_interrupt_handler(bool interrupt_blocking_reads) {
+  struct sigaction action {};
+  action.sa_handler = on_sigint;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = interrupt_blocking_reads ? 0 : SA_RESTART;
+  sigaction(SIGINT, &action, nullptr);
+}
 bool interrupted() { return g_interrupted.load(); }
 void clear_interrupt() { g_interrupted = false; }
 

@@ -24,8 +24,10 @@ SamplingOptions make_sampling(const SamplingFlags& flags, const GenerationConfig
 SessionOptions make_session_options(const ModelOptions& opts);
 
 // Ctrl-C handling: the first SIGINT asks the current generation to stop; a
-// second one ends the program the usual way.
-void install_interrupt_handler();
+// second one ends the program the usual way. With interrupt_blocking_reads a
+// SIGINT also makes a blocking read fail with EINTR (a REPL's prompt uses that
+// to clear the line); otherwise interrupted system calls are restarted.
+void install_interrupt_handler(bool interrupt_blocking_reads = false);
 bool interrupted();
 void clear_interrupt();
 

@@ -15,10 +15,15 @@ static const char* kDefaultModelDir = "models/Qwen3-VL-2B-Instruct";
 void add_model_options(CLI::App* cmd, ModelOptions& o) {
   cmd->add_option("--model", o.model_dir, "Model folder (default: $QVL_MODEL or models/Qwen3-VL-2B-Instruct)");
   cmd->add_option("--threads", o.threads, "Worker threads (default: all cores)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--dtype", o.dtype, "Compute dtype")->check(CLI::IsMember({"bf16", "f32"}));
+  cmd->add_option("--dtype", o.dtype, "Compute dtype (bf16 is fast; f32 matches the reference exactly)")
+      ->check(CLI::IsMember({"bf16", "f32"}))
+      ->capture_default_str();
   cmd->add_option("--load", o.load, "lazy: touch weights as layers first run; eager: load all first")
-      ->check(CLI::IsMember({"lazy", "eager"}));
-  cmd->add_option("--max-context", o.max_context, "Context limit in tokens")->check(CLI::PositiveNumber);
+      ->check(CLI::IsMember({"lazy", "eager"}))
+      ->capture_default_str();
+  cmd->add_option("--max-context", o.max_context, "Context limit in tokens (KV cache size)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--min-pixels", o.min_pixels, "Smallest resized image area (default: preprocessor_config.json)");
   cmd->add_option("--max-pixels", o.max_pixels, "Largest resized image area (default: preprocessor_config.json)");
   cmd->add_option("--max-side", o.max_side, "Shortcut: largest resized area is max-side squared");
@@ -74,6 +79,7 @@ int main(int argc, char** argv) {
   register_ask(app, exit_code);
   register_synth(app, exit_code);
   register_export(app, exit_code);
+  register_chat(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
