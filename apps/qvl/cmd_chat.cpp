@@ -77,7 +77,7 @@ CheckedImage check_image(const std::string& path) {
 
 // Session::ask refuses a turn that does not fit with this wording; there is no
 // dedicated error type to catch.
-bool is_context_full(const Error& e) { return std::string(e.what()).find("of the context limit") != std::string::npos; }
+bool is_context_full(const Error& e) { return dynamic_cast<const ContextFull*>(&e) != nullptr; }
 
 void write_stdout(const std::string& text) {
   std::fwrite(text.data(), 1, text.size(), stdout);

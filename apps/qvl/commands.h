@@ -41,6 +41,7 @@ void register_preprocess(CLI::App& app, int& exit_code);
 void register_ask(CLI::App& app, int& exit_code);
 void register_synth(CLI::App& app, int& exit_code);
 void register_export(CLI::App& app, int& exit_code);
+void register_ocr(CLI::App& app, int& exit_code);
 void register_chat(CLI::App& app, int& exit_code);
 
 }  // namespace qvl::app

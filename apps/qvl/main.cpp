@@ -79,6 +79,7 @@ int main(int argc, char** argv) {
   register_ask(app, exit_code);
   register_synth(app, exit_code);
   register_export(app, exit_code);
+  register_ocr(app, exit_code);
   register_chat(app, exit_code);
   try {
     app.parse(argc, argv);

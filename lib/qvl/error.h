@@ -11,4 +11,11 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
+// The conversation plus the new turn would not fit in the KV cache. Front
+// ends can offer to start over instead of failing.
+class ContextFull : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace qvl

@@ -193,7 +193,7 @@ Answer Session::ask(const std::vector<Message>& turn, const std::vector<Patchifi
 
   const int64_t room = s.options.max_context - s.decoder.cached();
   if (int64_t(ids.size()) + 1 > room)
-    throw Error("the prompt needs " + std::to_string(ids.size()) + " tokens but only " + std::to_string(room) +
+    throw ContextFull("the prompt needs " + std::to_string(ids.size()) + " tokens but only " + std::to_string(room) +
                 " of the context limit (" + std::to_string(s.options.max_context) +
                 ") are left; raise --max-context, lower --max-pixels, or start a new conversation");
 

@@ -1,0 +1,510 @@
+// qvl ocr: the text of many images, one JSON line per file.
+//
+// A reader thread reads, hashes, decodes and preprocesses the next files while
+// the model works on the current one. Records are written in input order and
+// flushed one at a time, so a killed run loses only the record being written,
+// and --resume picks up where it stopped.
+#include <fmt/core.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <thread>
+#include <utility>
+
+#include "commands.h"
+#include "common.h"
+#include "qvl/error.h"
+#include "qvl/image/decode.h"
+#include "qvl/image/preprocess.h"
+#include "qvl/io/file_scan.h"
+#include "qvl/io/jsonl.h"
+#include "qvl/io/mapped_file.h"
+#include "qvl/io/sha256.h"
+
+namespace qvl::app {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Record = nlohmann::ordered_json;  // fields in the documented order
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+const char* const kDefaultPrompt = "Read all the text in the image.";
+// Images waiting for the model: enough to hide decoding, few enough that large
+// preprocessed images (tens of MB each) do not pile up.
+constexpr size_t kPrefetchDepth = 2;
+
+struct OcrFlags {
+  ModelOptions model;
+  SamplingFlags sampling;
+  std::string prompt = kDefaultPrompt;
+  std::string system;
+  std::string output;
+  bool resume = false;
+  bool force = false;
+  bool recursive = false;
+  std::string glob;
+  std::vector<std::string> inputs;
+};
+
+// An error message that names the file, whichever layer produced it.
+std::string message_naming(const std::string& path, const std::string& what) {
+  return what.find(path) != std::string::npos ? what : path + ": " + what;
+}
+
+// ---------------------------------------------------------------------------
+// Output: a JSONL file that is never truncated by accident, or stdout.
+
+struct OutputFile {
+  std::FILE* file = stdout;
+  std::string name = "<stdout>";
+  bool starts_mid_line = false;  // a killed run left a partial last line
+  bool truncate_before_writing = false;
+  std::set<std::pair<std::string, std::string>> done;  // (file, sha256 or "") already in it
+
+  ~OutputFile() {
+    if (file != stdout) std::fclose(file);
+  }
+
+  // Checked before the model loads, so a bad --output costs nothing.
+  void open(const OcrFlags& f) {
+    if (f.output.empty()) return;
+    struct stat st {};
+    const bool exists = ::stat(f.output.c_str(), &st) == 0;
+    if (exists && S_ISDIR(st.st_mode)) throw Error(fmt::format("--output {} is a directory", f.output));
+    const bool non_empty = exists && st.st_size > 0;
+    if (non_empty && !f.resume && !f.force)
+      throw Error(fmt::format("{} already exists and is not empty: pass --resume to add the files it lacks, or "
+                              "--force to overwrite it",
+                              f.output));
+    // Append mode: nothing is lost until --force has a model to run.
+    file = std::fopen(f.output.c_str(), "a");
+    if (!file) {
+      file = stdout;
+      throw Error(fmt::format("{}: cannot open for writing: {}", f.output, std::strerror(errno)));
+    }
+    name = f.output;
+    truncate_before_writing = f.force && non_empty;
+    if (f.resume) {
+      JsonlContents old = read_jsonl_file(f.output);
+      starts_mid_line = old.partial_last_line;
+      for (const auto& r : old.records) {
+        auto file_it = r.find("file"), sha_it = r.find("sha256");
+        if (file_it == r.end() || !file_it->is_string()) continue;
+        const bool has_sha = sha_it != r.end() && sha_it->is_string();
+        done.insert({file_it->get<std::string>(), has_sha ? sha_it->get<std::string>() : std::string()});
+      }
+    }
+  }
+
+  void truncate_if_forced() {
+    if (truncate_before_writing && ::ftruncate(::fileno(file), 0) != 0)
+      throw Error(fmt::format("{}: cannot truncate: {}", name, std::strerror(errno)));
+    truncate_before_writing = false;
+  }
+
+  void write(const Record& record) {
+    std::string line = starts_mid_line ? "\n" : "";
+    starts_mid_line = false;
+    // Paths need not be UTF-8; replacing bad bytes beats losing the record.
+    line += record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    line += '\n';
+    if (std::fwrite(line.data(), 1, line.size(), file) != line.size() || std::fflush(file) != 0)
+      throw Error(fmt::format("{}: write failed: {}", name, std::strerror(errno)));
+  }
+};
+
+// ---------------------------------------------------------------------------
+// The reader thread's work: one input file made ready for the model.
+
+struct PreparedFile {
+  std::string path;
+  std::string sha256;            // "" when the file could not be read
+  std::string error;             // set: the record is an error
+  bool already_done = false;     // in the output of an earlier run (--resume)
+  bool same_as_earlier = false;  // identical bytes decoded earlier in this run: reuse that result
+  int64_t width = 0, height = 0;
+  PatchifiedImage image;
+  double prepare_ms = 0;
+};
+
+struct Preparer {
+  PreprocessorConfig preprocessor;
+  ImageLimits limits;
+  const std::set<std::pair<std::string, std::string>>* done = nullptr;
+  std::set<std::string> decoded;  // sha256 of every file decoded successfully so far
+
+  PreparedFile prepare(const ScannedFile& in, bool decode_even_if_seen = false) {
+    const auto t0 = Clock::now();
+    PreparedFile p;
+    p.path = in.path;
+    if (!in.error.empty()) {
+      p.error = in.error;
+      p.already_done = done->count({p.path, ""}) > 0;
+      return p;
+    }
+    try {
+      std::string bytes = read_bytes(in.path, &p.sha256);
+      if (done->count({p.path, p.sha256})) {
+        p.already_done = true;
+        return p;
+      }
+      if (!decode_even_if_seen && decoded.count(p.sha256)) {
+        p.same_as_earlier = true;
+        return p;
+      }
+      RgbImage rgb = decode_image(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), p.path, limits);
+      bytes = std::string();
+      p.width = rgb.width;
+      p.height = rgb.height;
+      p.image = preprocess_image(rgb, preprocessor);
+      decoded.insert(p.sha256);
+    } catch (const std::exception& e) {
+      p.error = message_naming(p.path, e.what());
+      // An unreadable file has no hash; it counts as done if it was unreadable before too.
+      if (p.sha256.empty() && done->count({p.path, ""})) p.already_done = true;
+    }
+    p.prepare_ms = ms_since(t0);
+    return p;
+  }
+
+  // The whole file, hashed. An oversized file is hashed from disk and refused
+  // without being held in memory.
+  std::string read_bytes(const std::string& path, std::string* sha256) const {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > limits.max_file_bytes) {
+      *sha256 = sha256_file_hex(path);
+      throw Error(fmt::format("{}: file is {} bytes, over the image file limit of {} bytes", path,
+                              int64_t(st.st_size), limits.max_file_bytes));
+    }
+    std::string bytes = read_text_file(path);
+    *sha256 = sha256_hex(bytes);
+    return bytes;
+  }
+};
+
+// A bounded queue between the reader thread and the model loop.
+class PrefetchQueue {
+ public:
+  // Blocks while full; false once the consumer has gone.
+  bool push(PreparedFile item) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return cancelled_ || items_.size() < kPrefetchDepth; });
+    if (cancelled_) return false;
+    items_.push_back(std::move(item));
+    changed_.notify_all();
+    return true;
+  }
+  // Blocks while empty; nothing once the producer has finished and all is taken.
+  std::optional<PreparedFile> pop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return finished_ || !items_.empty(); });
+    if (items_.empty()) return std::nullopt;
+    PreparedFile item = std::move(items_.front());
+    items_.pop_front();
+    changed_.notify_all();
+    return item;
+  }
+  void finish() { set(finished_); }
+  void cancel() { set(cancelled_); }
+
+ private:
+  void set(bool& flag) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    flag = true;
+    changed_.notify_all();
+  }
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<PreparedFile> items_;
+  bool finished_ = false, cancelled_ = false;
+};
+
+// Runs the Preparer over all files on its own thread; stops and joins when destroyed.
+class Prefetcher {
+ public:
+  Prefetcher(const std::vector<ScannedFile>& files, Preparer& preparer)
+      : thread_([this, &files, &preparer] {
+          for (const ScannedFile& f : files)
+            if (!queue_.push(preparer.prepare(f))) break;
+          queue_.finish();
+        }) {}
+  ~Prefetcher() {
+    queue_.cancel();
+    thread_.join();
+  }
+  std::optional<PreparedFile> next() { return queue_.pop(); }
+
+ private:
+  PrefetchQueue queue_;
+  std::thread thread_;  // last: starts after the queue exists
+};
+
+// ---------------------------------------------------------------------------
+// Progress on a terminal.
+
+class ProgressBar {
+ public:
+  ProgressBar(size_t total, bool enabled) : total_(total), enabled_(enabled), start_(Clock::now()) {}
+
+  // `finished` files are behind us; `worked` of them were not skipped (--resume),
+  // and only those say how fast the rest will go.
+  void draw(size_t finished, size_t worked, const std::string& current) {
+    if (!enabled_) return;
+    constexpr int kWidth = 24;
+    const int filled = total_ ? int(kWidth * finished / total_) : kWidth;
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+    std::string rate = "--", eta = "--";
+    if (worked > 0 && elapsed > 0) {
+      const double per_s = double(worked) / elapsed;
+      rate = per_s >= 1 ? fmt::format("{:.1f} files/s", per_s) : fmt::format("{:.1f} s/file", 1 / per_s);
+      eta = duration(double(total_ - finished) / per_s);
+    }
+    std::string name = current.size() > 40 ? "..." + current.substr(current.size() - 37) : current;
+    fmt::print(stderr, "\r\033[K[{}{}] {}/{}  {}  ETA {}  {}", std::string(size_t(filled), '#'),
+               std::string(size_t(kWidth - filled), '.'), finished, total_, rate, eta, name);
+    std::fflush(stderr);
+    drawn_ = true;
+  }
+  void clear() {
+    if (drawn_) fmt::print(stderr, "\r\033[K");
+    drawn_ = false;
+  }
+
+ private:
+  static std::string duration(double s) {
+    const int64_t t = int64_t(s + 0.5);
+    return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60)
+                     : fmt::format("{}:{:02}", t / 60, t % 60);
+  }
+  size_t total_;
+  bool enabled_;
+  bool drawn_ = false;
+  Clock::time_point start_;
+};
+
+// ---------------------------------------------------------------------------
+
+struct Counts {
+  size_t done = 0, failed = 0, skipped = 0, computed = 0, reused = 0;
+};
+
+// What a computed file gave, kept for later files with the same bytes.
+struct Result {
+  std::string file;
+  int64_t width = 0, height = 0;
+  std::string text;
+  std::vector<int32_t> tokens;
+  std::string stop_reason;
+};
+
+Record error_record(const PreparedFile& p) {
+  Record r;
+  r["file"] = p.path;
+  if (!p.sha256.empty()) r["sha256"] = p.sha256;
+  r["error"] = p.error;
+  return r;
+}
+
+Record result_record(const std::string& file, const std::string& sha256, const Result& res, double ms) {
+  Record r;
+  r["file"] = file;
+  r["sha256"] = sha256;
+  r["width"] = res.width;
+  r["height"] = res.height;
+  r["text"] = res.text;
+  r["tokens"] = res.tokens;
+  r["ms"] = int64_t(ms + 0.5);
+  r["stop_reason"] = res.stop_reason;
+  if (res.file != file) r["duplicate_of"] = res.file;
+  return r;
+}
+
+std::vector<Message> ocr_turn(const OcrFlags& f, const std::string& path) {
+  std::vector<Message> turn;
+  if (!f.system.empty()) turn.push_back({"system", {{ContentPart::Kind::Text, f.system, ""}}});
+  turn.push_back({"user", {{ContentPart::Kind::Image, "", path}, {ContentPart::Kind::Text, f.prompt, ""}}});
+  return turn;
+}
+
+// SIGTERM stops a batch the way Ctrl-C does (the flag lives in common.cpp).
+void on_sigterm(int) { std::raise(SIGINT); }
+
+std::vector<ScannedFile> collect_inputs(const OcrFlags& f) {
+  std::vector<std::string> inputs;
+  for (const std::string& in : f.inputs) {
+    if (in != "-") {
+      inputs.push_back(in);
+      continue;
+    }
+    for (std::string& p : split_path_lines(read_stdin())) inputs.push_back(std::move(p));
+  }
+  ScanOptions scan;
+  scan.recursive = f.recursive;
+  scan.glob = f.glob;
+  return expand_inputs(inputs, scan);
+}
+
+// The model side of the batch: one prepared file in, one record out.
+class OcrBatch {
+ public:
+  OcrBatch(const OcrFlags& flags, Session& session, const SamplingOptions& sampling, OutputFile& out,
+           const Preparer& preparer, ProgressBar& bar)
+      : flags_(flags), session_(session), sampling_(sampling), out_(out), fallback_(preparer), bar_(bar) {}
+
+  void process(PreparedFile& p) {
+    const auto t_file = Clock::now();
+    if (p.already_done) {
+      counts_.skipped += 1;
+    } else if (!p.error.empty()) {
+      fail(p);
+    } else if (p.same_as_earlier && results_.count(p.sha256)) {
+      out_.write(result_record(p.path, p.sha256, results_.at(p.sha256), ms_since(t_file)));
+      counts_.done += 1;
+      counts_.reused += 1;
+    } else {
+      // A copy of a file that failed in the model was not decoded ahead: do it now.
+      if (p.same_as_earlier) p = fallback_.prepare({p.path, ""}, /*decode_even_if_seen=*/true);
+      if (p.error.empty()) compute(p, t_file);
+      else fail(p);
+    }
+  }
+  const Counts& counts() const { return counts_; }
+
+ private:
+  void fail(const PreparedFile& p) {
+    out_.write(error_record(p));
+    counts_.failed += 1;
+  }
+
+  void compute(PreparedFile& p, Clock::time_point t_file) {
+    session_.reset();  // every file is a conversation of its own
+    std::vector<PatchifiedImage> images;
+    images.push_back(std::move(p.image));
+    Answer a;
+    try {
+      a = session_.ask(ocr_turn(flags_, p.path), images, sampling_, [&](const std::string&) {
+        // An interrupt lets this file finish: its record must be whole.
+        if (interrupted() && !told_interrupt_ && !flags_.model.quiet) {
+          bar_.clear();
+          fmt::print(stderr, "qvl ocr: interrupted, finishing {} (Ctrl-C again to quit now)\n", p.path);
+          told_interrupt_ = true;
+        }
+        return true;
+      });
+    } catch (const Error& e) {
+      p.error = message_naming(p.path, e.what());
+      fail(p);
+      return;
+    }
+    counts_.computed += 1;
+    Result result{p.path, p.width, p.height, a.text, a.tokens, a.stop_reason};
+    const double ms = p.prepare_ms + ms_since(t_file);
+    out_.write(result_record(p.path, p.sha256, result, ms));
+    counts_.done += 1;
+    results_.emplace(p.sha256, std::move(result));
+    if (flags_.model.verbose && !flags_.model.quiet) {
+      bar_.clear();
+      fmt::print(stderr, "{}: {} tokens ({}), {:.0f} ms (vision {:.0f} ms, prefill {:.0f} ms, decode {:.0f} ms)\n",
+                 p.path, a.tokens.size(), a.stop_reason, ms, a.timings.vision_s * 1e3, a.timings.prefill_s * 1e3,
+                 a.timings.decode_s * 1e3);
+    }
+  }
+
+  const OcrFlags& flags_;
+  Session& session_;
+  const SamplingOptions& sampling_;
+  OutputFile& out_;
+  Preparer fallback_;  // the model loop's own: the reader thread's is busy
+  ProgressBar& bar_;
+  Counts counts_;
+  std::map<std::string, Result> results_;  // by sha256
+  bool told_interrupt_ = false;
+};
+
+int run_ocr(const OcrFlags& f) {
+  const auto t_start = Clock::now();
+  // Everything that can fail cheaply fails before the model loads.
+  OutputFile out;
+  out.open(f);
+  SessionOptions session_options = make_session_options(f.model);
+  const std::vector<ScannedFile> files = collect_inputs(f);
+
+  install_interrupt_handler();
+  std::signal(SIGTERM, on_sigterm);
+  Session session(session_options);
+  SamplingOptions sampling = make_sampling(f.sampling, session.generation_config());
+  if (!f.sampling.temperature) sampling.greedy = true;  // OCR wants the most likely reading
+  out.truncate_if_forced();
+
+  Preparer preparer;
+  preparer.preprocessor = session.preprocessor_config();
+  preparer.limits.max_pixels = session_options.max_image_pixels;
+  preparer.done = &out.done;
+
+  ProgressBar bar(files.size(), !f.model.quiet && ::isatty(STDERR_FILENO));
+  OcrBatch batch(f, session, sampling, out, preparer, bar);
+  size_t finished = 0;
+  {
+    Prefetcher prefetch(files, preparer);
+    while (!interrupted()) {
+      std::optional<PreparedFile> next = prefetch.next();
+      if (!next || interrupted()) break;
+      bar.draw(finished, finished - batch.counts().skipped, next->path);
+      batch.process(*next);
+      finished += 1;
+      bar.draw(finished, finished - batch.counts().skipped, "");
+    }
+  }
+  bar.clear();
+  const Counts& n = batch.counts();
+  const double elapsed = std::chrono::duration<double>(Clock::now() - t_start).count();
+  if (!f.model.quiet)
+    fmt::print(stderr, "qvl ocr: {}done {}, failed {}, skipped {}, computed {}, reused {}, {} of {} files, {:.1f} s\n",
+               interrupted() ? "interrupted: " : "", n.done, n.failed, n.skipped, n.computed, n.reused, finished,
+               files.size(), elapsed);
+  if (interrupted()) return kInterrupted;
+  return n.failed > 0 ? kSomeFailed : kOk;
+}
+
+}  // namespace
+
+void register_ocr(CLI::App& app, int& exit_code) {
+  auto f = std::make_shared<OcrFlags>();
+  f->sampling.max_new_tokens = 1024;  // a page of text is longer than a chat answer
+  CLI::App* cmd = app.add_subcommand(
+      "ocr",
+      "Read the text of images, folders of images or a list of paths on stdin; one JSON line per file "
+      "(file, sha256, width, height, text, tokens, ms, stop_reason; or file, sha256, error). Greedy unless "
+      "--temperature is given");
+  add_model_options(cmd, f->model);
+  add_sampling_options(cmd, f->sampling);
+  cmd->add_option("--prompt", f->prompt, "What to ask about each image")->capture_default_str();
+  cmd->add_option("--system", f->system, "System message");
+  CLI::Option* output =
+      cmd->add_option("-o,--output", f->output, "JSONL file to write (default: stdout); never silently overwritten");
+  CLI::Option* resume =
+      cmd->add_flag("--resume", f->resume, "Append to --output, skipping files already in it (same path and sha256)");
+  CLI::Option* force = cmd->add_flag("--force", f->force, "Overwrite a non-empty --output");
+  resume->needs(output);
+  resume->excludes(force);
+  cmd->add_flag("-r,--recursive", f->recursive, "Descend into subfolders of folder arguments");
+  cmd->add_option("--glob", f->glob,
+                  "Folder scans take files whose name matches this fnmatch pattern instead of *.png/*.jpg/*.jpeg");
+  cmd->add_option("paths", f->inputs, "Images, folders, or - to read newline-separated paths from stdin")
+      ->required();
+  cmd->callback([f, &exit_code] { exit_code = run_ocr(*f); });
+}
+
+}  // namespace qvl::app

@@ -1,0 +1,116 @@
+#include "qvl/io/file_scan.h"
+
+#include <dirent.h>
+#include <fnmatch.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <set>
+#include <utility>
+
+namespace qvl {
+namespace {
+
+std::string lowercase(std::string s) {
+  for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string join_path(const std::string& dir, const std::string& name) {
+  return ends_with(dir, "/") ? dir + name : dir + "/" + name;
+}
+
+class DirectoryWalker {
+ public:
+  DirectoryWalker(const ScanOptions& options, std::vector<ScannedFile>& out) : options_(options), out_(out) {}
+
+  void walk(const std::string& dir, const struct stat& dir_stat) {
+    // Identified by device and inode, so a loop of symbolic links ends here.
+    if (!visited_.insert({dir_stat.st_dev, dir_stat.st_ino}).second) return;
+    std::vector<std::string> names;
+    if (!list(dir, names)) return;
+    std::sort(names.begin(), names.end());  // std::string compares bytes as unsigned char
+    for (const std::string& name : names) {
+      const std::string path = join_path(dir, name);
+      struct stat st {};
+      if (::stat(path.c_str(), &st) != 0) {
+        // A dangling link or a file that vanished: let the caller report it if it wanted it.
+        if (scan_takes(name, options_)) out_.push_back({path, ""});
+        continue;
+      }
+      if (S_ISDIR(st.st_mode)) {
+        if (options_.recursive) walk(path, st);
+      } else if (scan_takes(name, options_)) {
+        out_.push_back({path, ""});
+      }
+    }
+  }
+
+ private:
+  bool list(const std::string& dir, std::vector<std::string>& names) {
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) {
+      out_.push_back({dir, dir + ": cannot list directory: " + std::strerror(errno)});
+      return false;
+    }
+    while (const dirent* entry = ::readdir(d)) {
+      const std::string name = entry->d_name;
+      if (name != "." && name != "..") names.push_back(name);
+    }
+    ::closedir(d);
+    return true;
+  }
+
+  const ScanOptions& options_;
+  std::vector<ScannedFile>& out_;
+  std::set<std::pair<dev_t, ino_t>> visited_;
+};
+
+}  // namespace
+
+bool has_image_extension(const std::string& file_name) {
+  const std::string lower = lowercase(file_name);
+  return ends_with(lower, ".png") || ends_with(lower, ".jpg") || ends_with(lower, ".jpeg");
+}
+
+bool scan_takes(const std::string& file_name, const ScanOptions& options) {
+  if (options.glob.empty()) return has_image_extension(file_name);
+  return ::fnmatch(options.glob.c_str(), file_name.c_str(), 0) == 0;
+}
+
+std::vector<ScannedFile> expand_inputs(const std::vector<std::string>& inputs, const ScanOptions& options) {
+  std::vector<ScannedFile> files;
+  for (const std::string& input : inputs) {
+    struct stat st {};
+    if (::stat(input.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      // A fresh walker per input: a folder named twice is scanned twice, as asked.
+      DirectoryWalker(options, files).walk(input, st);
+    } else {
+      files.push_back({input, ""});
+    }
+  }
+  return files;
+}
+
+std::vector<std::string> split_path_lines(const std::string& text) {
+  std::vector<std::string> paths;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty()) paths.push_back(std::move(line));
+    start = end + 1;
+  }
+  return paths;
+}
+
+}  // namespace qvl

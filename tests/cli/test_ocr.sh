@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# qvl ocr on the tiny model: greedy tokens equal the reference's for the golden
+# image cases, one JSONL record per file (bad files get error records and exit
+# 3), identical files computed once, --resume/--force/refusal, paths on stdin,
+# and a SIGKILLed or interrupted run that --resume completes.
+set -uo pipefail
+QVL="$1"
+DATA="$2"
+MODEL="$DATA/tiny-qwen3-vl"
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+export QVL_CACHE_DIR="${QVL_TEST_CACHE:-$(dirname "$QVL")/../test-cache}"
+fail=0
+check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi; }
+ocr() { "$QVL" ocr --model "$MODEL" --dtype f32 "$@"; }
+lines() { wc -l < "$1"; }
+# python3 -c snippets below get the JSONL file as sys.argv[1].
+records='[json.loads(l) for l in open(sys.argv[1])]'
+
+# --- The golden cases whose conversation is one (system +) image + prompt turn.
+# photo.jpg first: the session must forget it before small.png.
+python3 - "$DATA/goldens.json" "$TMP" <<'PY'
+import json, sys
+g = json.load(open(sys.argv[1]))
+for case in ("one_image", "system_image"):
+    json.dump(g["model_cases"][case]["greedy_16"], open(f"{sys.argv[2]}/{case}.expected", "w"))
+PY
+ocr -n 16 --prompt "What is in the image?" "$DATA/images/photo.jpg" "$DATA/images/small.png" \
+  > "$TMP/one_image.jsonl" 2> "$TMP/one_image.err"
+check "one_image prompt exits 0" "[ $? -eq 0 ] || { cat '$TMP/one_image.err'; false; }"
+check "small.png after photo.jpg gives the one_image reference tokens" \
+  "python3 -c 'import json,sys; r=$records; sys.exit(0 if r[1][\"tokens\"]==json.load(open(\"$TMP/one_image.expected\")) else 1)' '$TMP/one_image.jsonl'"
+ocr -n 16 --system "You are a precise OCR engine. Output only the text." --prompt "Read all text." \
+  "$DATA/images/photo.jpg" > "$TMP/system_image.jsonl" 2>/dev/null
+check "--system + --prompt give the system_image reference tokens" \
+  "python3 -c 'import json,sys; r=$records; sys.exit(0 if r[0][\"tokens\"]==json.load(open(\"$TMP/system_image.expected\")) else 1)' '$TMP/system_image.jsonl'"
+
+# --- A folder with two images, a truncated JPEG, a text file named .png and a
+# file the scan must ignore.
+IN="$TMP/in"
+mkdir -p "$IN"
+cp "$DATA/images/small.png" "$DATA/images/photo.jpg" "$IN/"
+head -c 5000 "$DATA/images/photo.jpg" > "$IN/cut.jpg"
+printf 'hello' > "$IN/notes.png"
+printf 'not scanned' > "$IN/readme.txt"
+OUT="$TMP/out.jsonl"
+ocr -n 4 --output "$OUT" "$IN" > "$TMP/folder.stdout" 2> "$TMP/folder.err"
+rc=$?
+check "a folder with two bad files exits 3" "[ $rc -eq 3 ] || { cat '$TMP/folder.err'; false; }"
+check "... nothing on stdout with --output" "[ ! -s '$TMP/folder.stdout' ]"
+python3 - "$OUT" "$IN" <<'PY' || fail=1
+import hashlib, json, sys
+out, folder = sys.argv[1], sys.argv[2]
+recs = [json.loads(l) for l in open(out)]
+files = [r["file"] for r in recs]
+want = [f"{folder}/{n}" for n in ("cut.jpg", "notes.png", "photo.jpg", "small.png")]
+assert files == want, f"files {files} != {want} (sorted byte-wise, readme.txt skipped)"
+by = {r["file"].rsplit("/", 1)[1]: r for r in recs}
+for name, r in by.items():
+    sha = hashlib.sha256(open(f"{folder}/{name}", "rb").read()).hexdigest()
+    assert r["sha256"] == sha, f"{name}: sha256 {r['sha256']} != {sha}"
+assert "truncated" in by["cut.jpg"]["error"] and "cut.jpg" in by["cut.jpg"]["error"], by["cut.jpg"]
+assert "not a PNG or JPEG" in by["notes.png"]["error"] and "notes.png" in by["notes.png"]["error"], by["notes.png"]
+for name, (w, h) in {"photo.jpg": (320, 240), "small.png": (96, 64)}.items():
+    r = by[name]
+    assert "error" not in r, r
+    assert (r["width"], r["height"]) == (w, h), f"{name}: {r['width']}x{r['height']}"
+    assert 1 <= len(r["tokens"]) <= 4 and isinstance(r["text"], str) and r["ms"] >= 0, r
+print("ok: one record per file: errors name the file, sha256/width/height right")
+PY
+check "... summary on stderr counts them" "grep -q 'done 2, failed 2, skipped 0' '$TMP/folder.err'"
+
+# --- Resume adds nothing twice; an existing output is refused, then forced.
+cp "$OUT" "$TMP/first.jsonl"
+ocr -n 4 --output "$OUT" --resume "$IN" 2> "$TMP/resume.err"
+rc=$?
+check "--resume over a finished output exits 0" "[ $rc -eq 0 ] || { cat '$TMP/resume.err'; false; }"
+check "... and adds nothing" "cmp -s '$OUT' '$TMP/first.jsonl'"
+check "... skipping all four" "grep -q 'skipped 4' '$TMP/resume.err'"
+
+ocr -n 4 --output "$OUT" "$IN" > /dev/null 2> "$TMP/refuse.err"
+rc=$?
+check "a non-empty output is refused with exit 1" "[ $rc -eq 1 ]"
+check "... in one line saying what to do" \
+  "[ \$(wc -l < '$TMP/refuse.err') -eq 1 ] && grep -q -- '--resume' '$TMP/refuse.err' && grep -q -- '--force' '$TMP/refuse.err'"
+check "... leaving it untouched" "cmp -s '$OUT' '$TMP/first.jsonl'"
+ocr -n 4 --output "$OUT" --force "$IN" 2>/dev/null
+check "--force rewrites it (4 records, not 8)" "[ \$(lines '$OUT') -eq 4 ]"
+
+mkdir -p "$TMP/broken" && cp "$MODEL"/*.json "$TMP/broken/" && cp "$MODEL"/model-0000*.safetensors "$TMP/broken/"
+truncate -s 1000000 "$TMP/broken/model-00001-of-00002.safetensors"
+"$QVL" ocr --model "$TMP/broken" --output "$TMP/no-such-dir/out.jsonl" "$IN" 2> "$TMP/unwritable.err"
+rc=$?
+check "an unwritable output exits 1, checked before the (broken) model loads" \
+  "[ $rc -eq 1 ] && grep -q 'no-such-dir/out.jsonl' '$TMP/unwritable.err'"
+QVL_MODEL= "$QVL" ocr --model "$TMP/no-such-model" "$IN" > /dev/null 2> "$TMP/nomodel.err"
+check "a missing model exits 1 with download instructions" \
+  "[ $? -eq 1 ] && grep -q 'huggingface-cli download' '$TMP/nomodel.err'"
+ocr --resume "$IN" > /dev/null 2>&1
+check "--resume without --output is a usage error (2)" "[ $? -eq 2 ]"
+ocr --resume --force --output "$OUT" "$IN" > /dev/null 2>&1
+check "--resume with --force is a usage error (2)" "[ $? -eq 2 ]"
+
+# --- Identical files are computed once.
+DUP="$TMP/dup"
+mkdir -p "$DUP"
+cp "$DATA/images/small.png" "$DUP/a.png" && cp "$DATA/images/small.png" "$DUP/b.png"
+cp "$DATA/images/photo.jpg" "$DUP/c.jpg" && cp "$DATA/images/photo.jpg" "$DUP/d.JPG"
+ocr -n 4 -v "$DUP" > "$TMP/dup.jsonl" 2> "$TMP/dup.err"
+check "two pairs of identical files exit 0" "[ $? -eq 0 ]"
+check "... computed 2, reused 2" "grep -q 'computed 2, reused 2' '$TMP/dup.err' || { cat '$TMP/dup.err'; false; }"
+check "... each copy has its own record with the original's text and tokens" \
+  "python3 -c 'import json,sys; r=$records; sys.exit(0 if [x[\"file\"][-5:] for x in r]==[\"a.png\",\"b.png\",\"c.jpg\",\"d.JPG\"] and all(r[i][k]==r[i+1][k] for i in (0,2) for k in (\"text\",\"tokens\",\"sha256\",\"width\")) else 1)' '$TMP/dup.jsonl'"
+
+# --- Paths on stdin, in the order given; a folder on stdin is scanned.
+printf '%s\n' "$IN/small.png" "" "$DUP" "$IN/photo.jpg" | ocr -n 4 - > "$TMP/stdin.jsonl" 2>/dev/null
+check "'-' reads paths from stdin in order" \
+  "python3 -c 'import json,sys; r=$records; sys.exit(0 if [x[\"file\"] for x in r]==[\"$IN/small.png\",\"$DUP/a.png\",\"$DUP/b.png\",\"$DUP/c.jpg\",\"$DUP/d.JPG\",\"$IN/photo.jpg\"] else 1)' '$TMP/stdin.jsonl'"
+
+# --- Killed runs. Distinct bytes (a suffix after the JPEG's end) so every file is computed.
+MANY="$TMP/many"
+mkdir -p "$MANY"
+for i in $(seq -w 1 24); do { cat "$DATA/images/photo.jpg"; printf '%s' "$i"; } > "$MANY/p$i.jpg"; done
+# A complete record set: every file exactly once among the complete lines; at
+# most one line (a killed run's cut-off record) does not parse.
+complete='import json, sys
+ok = []; bad = 0
+for line in open(sys.argv[1]).read().split("\n")[:-1]:
+    try: ok.append(json.loads(line)["file"])
+    except ValueError: bad += 1
+n = int(sys.argv[2])
+assert len(ok) == n and len(set(ok)) == n and bad <= 1, f"{len(ok)} records, {len(set(ok))} files, {bad} bad lines"'
+wait_for_records() {  # file count: until it holds count lines (10 s at most)
+  for _ in $(seq 100); do [ -f "$1" ] && [ "$(lines "$1")" -ge "$2" ] && return 0; sleep 0.1; done
+  return 1
+}
+
+KILLED="$TMP/killed.jsonl"
+# Started directly, not through ocr(): the signal must reach qvl, not a subshell.
+"$QVL" ocr --model "$MODEL" --dtype f32 -n 8 --output "$KILLED" "$MANY" 2>/dev/null &
+pid=$!
+wait_for_records "$KILLED" 2
+kill -KILL $pid 2>/dev/null
+wait $pid 2>/dev/null
+check "SIGKILL mid-run leaves complete lines and at most one partial last line" \
+  "python3 -c 'import json,sys; t=open(sys.argv[1]).read(); [json.loads(l) for l in t.split(\"\\n\")[:-1]]' '$KILLED' && [ \$(lines '$KILLED') -lt 24 ]"
+ocr -n 8 --output "$KILLED" --resume "$MANY" 2>/dev/null
+check "... and --resume completes the set" "python3 -c '$complete' '$KILLED' 24"
+
+# A partial last line (what a kill during a write leaves): the resumed run starts a new line.
+head -n 23 "$KILLED" > "$TMP/cut.jsonl"
+tail -n 1 "$KILLED" | head -c 40 >> "$TMP/cut.jsonl"
+ocr -n 8 --output "$TMP/cut.jsonl" --resume "$MANY" 2> "$TMP/cut.err"
+check "a partial last line is ignored and the file continues on a new line" \
+  "python3 -c '$complete' '$TMP/cut.jsonl' 24 && grep -q 'done 1, failed 0, skipped 23' '$TMP/cut.err'"
+
+INT="$TMP/interrupted.jsonl"
+"$QVL" ocr --model "$MODEL" --dtype f32 -n 8 --output "$INT" "$MANY" 2> "$TMP/int.err" &
+pid=$!
+wait_for_records "$INT" 2
+kill -INT $pid
+wait $pid
+rc=$?
+check "SIGINT stops the batch with exit 130" "[ $rc -eq 130 ] || { cat '$TMP/int.err'; false; }"
+check "... after finishing its record: only whole lines, fewer than 24" \
+  "python3 -c 'import json,sys; t=open(sys.argv[1]).read(); assert t.endswith(\"\\n\"); [json.loads(l) for l in t.splitlines()]' '$INT' && [ \$(lines '$INT') -lt 24 ]"
+ocr -n 8 --output "$INT" --resume "$MANY" 2>/dev/null
+check "... and --resume completes it" "python3 -c '$complete' '$INT' 24"
+
+"$QVL" ocr --bogus-flag > /dev/null 2>&1
+check "an unknown flag exits 2" "[ $? -eq 2 ]"
+
+exit $fail
