@@ -1,0 +1,72 @@
+// Weight-only int8: a bf16 matrix becomes int8 values with one float scale
+// per group of columns (symmetric, w ≈ q · scale, q in -127..127), halving the
+// bytes a decode step streams. Plus the GEMV over such a matrix.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "qvl/kernels/gemv.h"
+
+namespace qvl::kernels {
+
+// Pass as group_size for one scale per row.
+constexpr int64_t kGroupPerRow = 0;
+
+// A quantized matrix, owned elsewhere (a QuantizedMatrix or a mapped cache
+// file). Each row is zero-padded to padded_cols bytes, a multiple of
+// group_size, which is a multiple of 64: a kernel never loads a partial chunk.
+struct Int8Matrix {
+  const int8_t* weights = nullptr;  // rows × padded_cols
+  const float* scales = nullptr;    // rows × groups(), row-major
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t padded_cols = 0;
+  int64_t group_size = 0;
+  int64_t groups() const { return group_size > 0 ? padded_cols / group_size : 0; }
+  size_t weight_bytes() const { return size_t(rows * padded_cols); }
+  size_t scale_bytes() const { return size_t(rows * groups()) * sizeof(float); }
+};
+
+// Checks the shape fields agree with each other; throws qvl::Error naming `what`.
+void validate_int8_layout(const Int8Matrix& m, const std::string& what);
+
+// Owns the (64-byte aligned) storage of an Int8Matrix.
+class QuantizedMatrix {
+ public:
+  // Zero-filled. group_size: a positive multiple of 64, or kGroupPerRow.
+  QuantizedMatrix(int64_t rows, int64_t cols, int64_t group_size);
+  const Int8Matrix& view() const { return view_; }
+  int8_t* weights() { return const_cast<int8_t*>(view_.weights); }
+  float* scales() { return const_cast<float*>(view_.scales); }
+
+ private:
+  struct FreeAligned {
+    void operator()(void* p) const;
+  };
+  std::unique_ptr<uint8_t, FreeAligned> storage_;
+  Int8Matrix view_;
+};
+
+// Per (row, group): scale = max|w| / 127, q = round(w / scale).
+// So |w - q·scale| <= scale / 2 for every element.
+QuantizedMatrix quantize_int8(const Bf16Matrix& w, int64_t group_size);
+// out: rows × cols floats, q · scale.
+void dequantize_int8(const Int8Matrix& w, float* out);
+
+enum class Int8Path {
+  Best,            // Int8XVnni when the CPU has AVX512-VNNI, else Int8XScalar
+  FloatXScalar,    // portable; the same bits as FloatXAvx512
+  FloatXAvx512,    // int8 -> float, FMA with x as given: no error added to x
+  Int8XScalar,     // portable; the same bits as Int8XVnni
+  Int8XVnni,       // x quantized per group to int8 too, integer dot products
+};
+bool path_supported(Int8Path path);
+const char* path_name(Int8Path path);
+
+// Y[n, m] = sum_k X[n, k] · dequantized W[m, k] for n < batch (1..kMaxBatch).
+// x: batch rows of w.cols floats; y: batch rows of w.rows floats.
+void gemv_int8(const Int8Matrix& w, const float* x, float* y, int64_t batch = 1,
+               Int8Path path = Int8Path::Best);
+
+}  // namespace qvl::kernels

@@ -1,0 +1,185 @@
+// Decode-step speed of the GEMV kernels on the Qwen3-VL-2B decoder shapes
+// (random weights: speed does not depend on values). Every layer gets its own
+// weights so each step streams ~3.4 GB (bf16) from memory, as decoding does.
+//
+//   qvl_bench_kernels [repetitions=5] [filter]
+//
+// Prints, per configuration, the minimum over repetitions of each shape's
+// time summed over the 28 layers, and the whole step as tokens/s and GB/s.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "qvl/kernels/gemv.h"
+#include "qvl/kernels/quant.h"
+
+using namespace qvl::kernels;
+
+namespace {
+
+struct Projection {
+  const char* name;
+  int64_t out, in;
+  int count;  // matrices of this shape per decode step
+};
+constexpr int kLayers = 28;
+const std::vector<Projection> kProjections = {
+    {"q 2048->2048", 2048, 2048, kLayers},     {"k 2048->1024", 1024, 2048, kLayers},
+    {"v 2048->1024", 1024, 2048, kLayers},     {"o 2048->2048", 2048, 2048, kLayers},
+    {"gate 2048->6144", 6144, 2048, kLayers},  {"up 2048->6144", 6144, 2048, kLayers},
+    {"down 6144->2048", 2048, 6144, kLayers},  {"lm_head 2048->151936", 151936, 2048, 1},
+};
+
+// One matrix of one projection: bytes streamed and how to run it once.
+struct Gemv {
+  size_t shape;  // index into kProjections
+  double bytes;
+  std::function<void()> run;
+};
+
+struct Result {
+  std::vector<double> seconds_per_shape;  // min over repetitions of the per-step sum
+  double step_seconds = 1e30;             // min over repetitions
+  double step_bytes = 0;
+};
+
+Result measure(const std::vector<Gemv>& step, int repetitions) {
+  Result result;
+  result.seconds_per_shape.assign(kProjections.size(), 1e30);
+  for (const Gemv& g : step) result.step_bytes += g.bytes;
+  for (int rep = 0; rep < repetitions; ++rep) {
+    std::vector<double> per_shape(kProjections.size(), 0.0);
+    const auto step_start = std::chrono::steady_clock::now();
+    for (const Gemv& g : step) {
+      const auto start = std::chrono::steady_clock::now();
+      g.run();
+      per_shape[g.shape] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+    const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+    result.step_seconds = std::min(result.step_seconds, total);
+    for (size_t i = 0; i < per_shape.size(); ++i)
+      result.seconds_per_shape[i] = std::min(result.seconds_per_shape[i], per_shape[i]);
+  }
+  return result;
+}
+
+void print(const std::string& label, const Result& r, const std::vector<Gemv>& step) {
+  std::vector<double> bytes(kProjections.size(), 0.0);
+  for (const Gemv& g : step) bytes[g.shape] += g.bytes;
+  fmt::print("\n== {}\n", label);
+  for (size_t i = 0; i < kProjections.size(); ++i)
+    fmt::print("  {:<22} {:8.2f} ms  {:6.1f} GB/s\n", kProjections[i].name, r.seconds_per_shape[i] * 1e3,
+               bytes[i] / r.seconds_per_shape[i] / 1e9);
+  fmt::print("  {:<22} {:8.2f} ms  {:6.1f} GB/s  -> {:.2f} tokens/s\n", "decode step", r.step_seconds * 1e3,
+             r.step_bytes / r.step_seconds / 1e9, 1.0 / r.step_seconds);
+}
+
+// Fast, value-independent fill: small bf16 values from a xorshift stream.
+void fill_random_bf16(uint16_t* data, int64_t count, uint64_t seed) {
+  at::parallel_for(0, count, 1 << 20, [&](int64_t begin, int64_t end) {
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + uint64_t(begin) + 1;
+    for (int64_t i = begin; i < end; ++i) {
+      s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+      data[i] = float_to_bf16((int64_t(s % 2001) - 1000) * 1e-4f);
+    }
+  });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int repetitions = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
+  const std::string filter = argc > 2 ? argv[2] : "";
+  const auto wanted = [&](const std::string& label) { return filter.empty() || label.find(filter) != std::string::npos; };
+  fmt::print("AVX-512: {}  BF16: {}  VNNI: {}  ATen threads: {}\n", cpu_has_avx512(), cpu_has_avx512_bf16(),
+             cpu_has_avx512_vnni(), at::get_num_threads());
+
+  // The weights of one decode step, in bf16, one matrix per layer and projection.
+  struct Matrix {
+    size_t shape;
+    at::Tensor w;
+  };
+  std::vector<Matrix> matrices;
+  for (size_t i = 0; i < kProjections.size(); ++i)
+    for (int c = 0; c < kProjections[i].count; ++c) {
+      at::Tensor w = at::empty({kProjections[i].out, kProjections[i].in}, at::kBFloat16);
+      fill_random_bf16(reinterpret_cast<uint16_t*>(w.data_ptr<at::BFloat16>()), w.numel(), matrices.size());
+      matrices.push_back({i, w});
+    }
+  const auto view = [](const at::Tensor& w) {
+    return Bf16Matrix{reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>()), w.size(0), w.size(1)};
+  };
+  // Inputs and outputs for every width (tiny next to the weights).
+  std::map<int64_t, at::Tensor> x_float, x_bf16, y_float;
+  for (const Projection& p : kProjections) {
+    x_float[p.in] = at::randn({1, p.in});
+    x_bf16[p.in] = x_float[p.in].to(at::kBFloat16);
+    y_float[p.out] = at::empty({1, p.out});
+  }
+
+  const auto run_config = [&](const std::string& label, int threads, std::vector<Gemv> step) {
+    if (!wanted(label)) return;
+    at::set_num_threads(threads);
+    measure(step, 1);  // warm up: page in, start the thread pool
+    print(fmt::format("{}, {} thread{}", label, threads, threads > 1 ? "s" : ""), measure(step, repetitions), step);
+  };
+
+  for (int threads : {1, 2}) {
+    std::vector<Gemv> aten, fma, dot;
+    for (const Matrix& m : matrices) {
+      const Projection& p = kProjections[m.shape];
+      const double bytes = double(m.w.numel()) * 2;
+      aten.push_back({m.shape, bytes, [&, w = m.w, in = p.in] { (void)at::linear(x_bf16[in], w); }});
+      fma.push_back({m.shape, bytes, [&, w = view(m.w), in = p.in, out = p.out] {
+                       gemv_bf16(w, x_float[in].data_ptr<float>(), y_float[out].data_ptr<float>(), 1,
+                                 Bf16Path::Avx512Fma);
+                     }});
+      dot.push_back({m.shape, bytes, [&, w = view(m.w), in = p.in, out = p.out] {
+                       gemv_bf16(w, x_float[in].data_ptr<float>(), y_float[out].data_ptr<float>(), 1,
+                                 Bf16Path::Avx512DotBf16);
+                     }});
+    }
+    run_config("at::linear bf16", threads, aten);
+    run_config("qvl bf16 avx512-fma", threads, fma);
+    if (cpu_has_avx512_bf16()) run_config("qvl bf16 avx512-dpbf16", threads, dot);
+  }
+
+  for (int64_t group : {int64_t(64), int64_t(128), kGroupPerRow}) {
+    const std::string group_name = group == kGroupPerRow ? "per-row" : "group " + std::to_string(group);
+    const std::string vnni_label = "qvl int8 " + group_name + " int8-x-vnni";
+    const std::string float_label = "qvl int8 " + group_name + " float-x-avx512";
+    if (!wanted(vnni_label) && !wanted(float_label)) continue;
+    at::set_num_threads(2);
+    std::vector<QuantizedMatrix> quantized;
+    quantized.reserve(matrices.size());
+    for (const Matrix& m : matrices) quantized.push_back(quantize_int8(view(m.w), group));
+    for (int threads : {1, 2}) {
+      std::vector<Gemv> vnni, float_x;
+      for (size_t i = 0; i < matrices.size(); ++i) {
+        const Projection& p = kProjections[matrices[i].shape];
+        const Int8Matrix& w = quantized[i].view();
+        const double bytes = double(w.weight_bytes() + w.scale_bytes());
+        vnni.push_back({matrices[i].shape, bytes, [&, w, in = p.in, out = p.out] {
+                          gemv_int8(w, x_float[in].data_ptr<float>(), y_float[out].data_ptr<float>(), 1,
+                                    Int8Path::Int8XVnni);
+                        }});
+        float_x.push_back({matrices[i].shape, bytes, [&, w, in = p.in, out = p.out] {
+                             gemv_int8(w, x_float[in].data_ptr<float>(), y_float[out].data_ptr<float>(), 1,
+                                       Int8Path::FloatXAvx512);
+                           }});
+      }
+      if (cpu_has_avx512_vnni()) run_config(vnni_label, threads, vnni);
+      run_config(float_label, threads, float_x);
+    }
+  }
+  return 0;
+}
