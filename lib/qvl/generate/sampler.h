@@ -19,6 +19,7 @@ struct SamplingOptions {
   double presence_penalty = 0.0;
   uint64_t seed = 0;
   int64_t max_new_tokens = 512;
+  bool ignore_eos = false;  // benchmarks: always generate max_new_tokens, so decode speed covers a fixed count
   std::vector<int64_t> eos_token_ids = {151645, 151643};
 
   // Defaults the model ships in generation_config.json.
