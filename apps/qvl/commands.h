@@ -43,5 +43,6 @@ void register_synth(CLI::App& app, int& exit_code);
 void register_export(CLI::App& app, int& exit_code);
 void register_ocr(CLI::App& app, int& exit_code);
 void register_chat(CLI::App& app, int& exit_code);
+void register_bench(CLI::App& app, int& exit_code);  // also the hidden bench-run
 
 }  // namespace qvl::app

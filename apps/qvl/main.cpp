@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
   register_export(app, exit_code);
   register_ocr(app, exit_code);
   register_chat(app, exit_code);
+  register_bench(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

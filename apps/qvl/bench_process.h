@@ -1,0 +1,31 @@
+// qvl bench measures every run in a fresh process: it starts this very binary
+// again (/proc/self/exe) and collects what the child prints.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace qvl::app {
+
+struct ChildResult {
+  int exit_code = -1;  // -1 when the child was killed by a signal
+  int signal = 0;      // the signal that killed it, else 0
+  std::string out;     // everything it printed on stdout
+  std::string err;     // ... and on stderr
+  bool ok() const { return exit_code == 0; }
+};
+
+// CLOCK_MONOTONIC in nanoseconds. Unlike a process's own steady_clock origin it
+// is one clock for every process on the machine, and unlike CLOCK_REALTIME it
+// never jumps, so a child can subtract a reading its parent took.
+int64_t monotonic_ns();
+
+// Runs /proc/self/exe with `args` (argv[1..]) and stdin from /dev/null; waits
+// for it. Throws qvl::Error only when the child cannot be started.
+ChildResult run_self(const std::vector<std::string>& args);
+
+// One line saying why a failed child failed: its own error message when it
+// printed one, else how it ended (exit status or signal).
+std::string failure_reason(const ChildResult& child);
+
+}  // namespace qvl::app

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# qvl bench on the tiny model: each configuration is measured in fresh
+# processes, every figure is numeric (positive where it must be), the summary
+# agrees with the raw runs, the table shows one row per mode, and bad
+# selections or a failing child end with one clear line.
+set -uo pipefail
+QVL="$1"
+DATA="$2"
+MODEL="$DATA/tiny-qwen3-vl"
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+export QVL_CACHE_DIR="${QVL_TEST_CACHE:-$(dirname "$QVL")/../test-cache}"
+fail=0
+check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi; }
+
+# Defaults: both load modes in bf16, every supported quantization (none).
+"$QVL" bench --model "$MODEL" --image "$DATA/images/small.png" --repeat 1 --max-new-tokens 4 --json \
+  > "$TMP/image.json" 2> "$TMP/image.err"
+rc=$?
+check "bench --json with an image exits 0" "[ $rc -eq 0 ] || { cat '$TMP/image.err'; false; }"
+check "... and reports progress on stderr" "grep -q 'bench: \[2/2\]' '$TMP/image.err'"
+python3 - "$TMP/image.json" <<'PY' || fail=1
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert isinstance(rows, list), "the output is not a JSON array"
+modes = sorted(r["mode"] for r in rows)
+assert modes == ["eager", "lazy"], f"rows for modes {modes}, expected lazy and eager"
+measures = ["load_s", "peak_rss_mb", "vision_s", "prefill_tok_s", "decode_tok_s", "ttft_s"]
+def positive(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+for r in rows:
+    where = r["mode"]
+    assert (r["dtype"], r["quant"]) == ("bf16", "none"), f"{where}: dtype/quant {r['dtype']}/{r['quant']}"
+    assert len(r["runs"]) == 1, f"{where}: {len(r['runs'])} runs for --repeat 1"
+    run = r["runs"][0]
+    for key in measures:
+        assert positive(r[key]), f"{where}: {key} = {r[key]!r} is not a positive number"
+        assert positive(r["min"][key]), f"{where}: min.{key} = {r['min'][key]!r} is not a positive number"
+        assert r[key] == run[key] == r["min"][key], f"{where}: one run, yet {key} median/min differ from the run"
+    assert run["mode"] == where and run["dtype"] == "bf16", f"{where}: the run measured {run['mode']} {run['dtype']}"
+    assert run["generated_tokens"] == 4, f"{where}: {run['generated_tokens']} tokens, expected exactly 4 (EOS ignored)"
+    assert run["prompt_tokens"] > 0, f"{where}: no prompt tokens"
+    # Process start to ready covers more than constructing the Session.
+    assert run["load_s"] >= run["session_load_s"] > 0, f"{where}: load_s {run['load_s']} < session {run['session_load_s']}"
+    assert run["ttft_s"] >= run["vision_s"], f"{where}: ttft {run['ttft_s']} shorter than the vision encoder"
+print("ok: JSON has both modes with every measure positive")
+PY
+
+# Text only (no --image), two dtypes, two runs each: medians and minima follow from the raw runs.
+"$QVL" bench --model "$MODEL" --load lazy --dtype bf16,f32 --repeat 2 -n 3 --json \
+  > "$TMP/text.json" 2> "$TMP/text.err"
+rc=$?
+check "text-only bench over two dtypes exits 0" "[ $rc -eq 0 ] || { cat '$TMP/text.err'; false; }"
+python3 - "$TMP/text.json" <<'PY' || fail=1
+import json, statistics, sys
+rows = json.load(open(sys.argv[1]))
+got = [(r["mode"], r["dtype"], r["quant"]) for r in rows]
+assert got == [("lazy", "bf16", "none"), ("lazy", "f32", "none")], f"rows {got}"
+for r in rows:
+    assert len(r["runs"]) == 2, f"{r['dtype']}: {len(r['runs'])} runs for --repeat 2"
+    assert r["vision_s"] == 0, f"{r['dtype']}: text-only question but vision_s = {r['vision_s']}"
+    for key in ("load_s", "peak_rss_mb", "prefill_tok_s", "decode_tok_s", "ttft_s"):
+        values = [run[key] for run in r["runs"]]
+        assert abs(r[key] - statistics.median(values)) < 1e-9, f"{r['dtype']}: {key} {r[key]} is not the median of {values}"
+        assert r["min"][key] == min(values), f"{r['dtype']}: min.{key} {r['min'][key]} is not the min of {values}"
+        assert r[key] > 0, f"{r['dtype']}: {key} = {r[key]}"
+    assert all(run["dtype"] == r["dtype"] for run in r["runs"]), f"{r['dtype']}: runs measured another dtype"
+print("ok: text-only medians and minima follow from the runs")
+PY
+
+# The table: a header and one row per mode.
+"$QVL" bench --model "$MODEL" --image "$DATA/images/small.png" --repeat 1 -n 2 > "$TMP/table.txt" 2> "$TMP/table.err"
+rc=$?
+check "table mode exits 0" "[ $rc -eq 0 ] || { cat '$TMP/table.err'; false; }"
+check "... with a header naming the measures" \
+  "head -1 '$TMP/table.txt' | grep -q '^mode  *dtype  *quant  *load_s  *peak_rss_mb  *vision_s  *prefill_tok_s  *decode_tok_s  *ttft_s\$'"
+check "... a lazy row" "grep -Eq '^lazy +bf16 +none( +[0-9.]+ \([0-9.]+\)){6}\$' '$TMP/table.txt'"
+check "... an eager row" "grep -Eq '^eager +bf16 +none( +[0-9.]+ \([0-9.]+\)){6}\$' '$TMP/table.txt'"
+
+# Unsupported selections: exit 2 with a message naming the value and what is supported.
+"$QVL" bench --model "$MODEL" --quant int4 > "$TMP/quant.out" 2> "$TMP/quant.err"
+rc=$?
+check "--quant int4 exits non-zero" "[ $rc -ne 0 ]"
+check "... saying int4 is not supported and what is" \
+  "grep -q \"'int4' is not supported (supported: none)\" '$TMP/quant.err' || { cat '$TMP/quant.err'; false; }"
+check "... and prints nothing on stdout" "[ ! -s '$TMP/quant.out' ]"
+"$QVL" bench --model "$MODEL" --load lazy,fast > /dev/null 2>&1
+check "--load lazy,fast exits 2" "[ $? -eq 2 ]"
+
+# A child that fails: the bench exits 1 with the child's error line.
+mkdir -p "$TMP/broken" && cp "$MODEL"/*.json "$TMP/broken/" && cp "$MODEL"/model-0000*.safetensors "$TMP/broken/"
+truncate -s 1000000 "$TMP/broken/model-00001-of-00002.safetensors"
+"$QVL" bench --model "$TMP/broken" --repeat 1 -n 2 -q > "$TMP/broken.out" 2> "$TMP/broken.err"
+rc=$?
+check "a failing child makes bench exit 1" "[ $rc -eq 1 ]"
+check "... with one line naming the run and the child's error" \
+  "[ \$(wc -l < '$TMP/broken.err') -eq 1 ] && grep -q 'bench run lazy bf16 none failed: .*model-00001-of-00002.safetensors' '$TMP/broken.err' || { cat '$TMP/broken.err'; false; }"
+
+"$QVL" --help > "$TMP/help.txt" 2>&1
+check "--help lists bench but hides bench-run" "grep -q ' bench ' '$TMP/help.txt' && ! grep -q 'bench-run' '$TMP/help.txt'"
+
+exit $fail
