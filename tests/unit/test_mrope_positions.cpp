@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "qvl/error.h"
 #include "qvl/io/safetensors.h"
@@ -9,15 +10,24 @@
 
 using namespace qvl;
 
+// The fixture's int64 tensors are not 8-byte aligned in the file (safetensors
+// does not align tensors), so they are read by copying, not through a typed pointer.
+static int64_t i64_at(const TensorView& v, int64_t i) {
+  int64_t value;
+  std::memcpy(&value, v.data + i * sizeof(int64_t), sizeof value);
+  return value;
+}
+
 TEST_CASE("multimodal position ids equal the reference for every model case") {
   SafetensorsFile goldens(test::data_path("goldens_model.safetensors"));
   for (auto it = test::goldens()["model_cases"].begin(); it != test::goldens()["model_cases"].end(); ++it) {
     CAPTURE(it.key());
     const TensorView& ids_view = goldens.get(it.key() + ".input_ids");
-    std::vector<int32_t> ids(ids_view.as<int64_t>(), ids_view.as<int64_t>() + ids_view.numel());
+    std::vector<int32_t> ids;
+    for (int64_t i = 0; i < ids_view.numel(); ++i) ids.push_back(int32_t(i64_at(ids_view, i)));
     std::vector<ImageGrid> grids;
     if (const TensorView* g = goldens.find(it.key() + ".image_grid_thw"))
-      for (int64_t r = 0; r < g->shape[0]; ++r) grids.push_back({g->as<int64_t>()[3 * r], g->as<int64_t>()[3 * r + 1], g->as<int64_t>()[3 * r + 2]});
+      for (int64_t r = 0; r < g->shape[0]; ++r) grids.push_back({i64_at(*g, 3 * r), i64_at(*g, 3 * r + 1), i64_at(*g, 3 * r + 2)});
     MropePositions pos = mrope_positions(ids, grids, 2, 151655);
     REQUIRE(pos.ids.size() == ids.size());
     const int64_t L = int64_t(ids.size());
@@ -27,11 +37,11 @@ TEST_CASE("multimodal position ids equal the reference for every model case") {
         for (int64_t i = 0; i < L; ++i) {
           CAPTURE(axis);
           CAPTURE(i);
-          REQUIRE(pos.ids[i][axis] == expected->as<int64_t>()[axis * L + i]);
+          REQUIRE(pos.ids[i][axis] == i64_at(*expected, axis * L + i));
         }
       int64_t max_pos = 0;
       for (int axis = 0; axis < 3; ++axis)
-        for (int64_t i = 0; i < L; ++i) max_pos = std::max(max_pos, expected->as<int64_t>()[axis * L + i]);
+        for (int64_t i = 0; i < L; ++i) max_pos = std::max(max_pos, i64_at(*expected, axis * L + i));
       CHECK(pos.next == max_pos + 1);
     } else {
       // Text only: 0..L-1 on all three axes, as FIXTURES.md says.

@@ -121,9 +121,12 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
     if (begin > end || end > data_size)
       throw bad("data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
                 ") outside the data section of " + std::to_string(data_size) + " bytes (truncated file?)");
-    if (end - begin != elems * dtype_size(v.dtype))
+    // Compared by division: elems * size can wrap around 2^64 (shape [2^62] of
+    // F32 "needs" 0 bytes) and would let a huge tensor claim an empty range.
+    const uint64_t element_size = dtype_size(v.dtype);
+    if ((end - begin) % element_size != 0 || (end - begin) / element_size != elems)
       throw bad("byte length " + std::to_string(end - begin) + " does not match dtype and shape (" +
-                std::to_string(elems * dtype_size(v.dtype)) + " expected)");
+                std::to_string(elems) + " elements of " + std::to_string(element_size) + " bytes)");
     v.data = data_start + begin;
     v.nbytes = end - begin;
     ranges.emplace_back(begin, end);

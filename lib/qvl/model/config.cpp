@@ -2,7 +2,10 @@
 
 #include <sys/stat.h>
 
+#include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "qvl/error.h"
 #include "qvl/io/mapped_file.h"
@@ -19,20 +22,61 @@ json parse_object(const std::string& text, const std::string& source) {
   return j;
 }
 
-// Reads j[key] into *out when present; a value of the wrong type is an error.
+// nlohmann converts between number kinds with a plain cast, which is undefined
+// behaviour when the value does not fit (1e300 into an int64_t or a float), so
+// numbers are converted here, and only when they fit.
+bool convert(const json& v, int64_t* out) {
+  if (!v.is_number_integer()) return false;
+  if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())) return false;
+  *out = v.get<int64_t>();
+  return true;
+}
+bool convert(const json& v, double* out) {
+  if (!v.is_number()) return false;
+  *out = v.get<double>();
+  return true;
+}
+bool convert(const json& v, float* out) {
+  double d = 0;
+  if (!convert(v, &d) || !(std::fabs(d) <= std::numeric_limits<float>::max())) return false;
+  *out = static_cast<float>(d);
+  return true;
+}
+bool convert(const json& v, bool* out) {
+  if (!v.is_boolean()) return false;
+  *out = v.get<bool>();
+  return true;
+}
+bool convert(const json& v, std::string* out) {
+  if (!v.is_string()) return false;
+  *out = v.get<std::string>();
+  return true;
+}
+template <class T>
+bool convert(const json& v, std::vector<T>* out) {
+  if (!v.is_array()) return false;
+  std::vector<T> items(v.size());
+  for (size_t i = 0; i < items.size(); ++i)
+    if (!convert(v[i], &items[i])) return false;
+  *out = std::move(items);
+  return true;
+}
+
+// Reads j[key] into *out when present; a value of the wrong type (or a number
+// out of the type's range) is an error.
 template <class T>
 void read(const json& j, const char* key, T* out, const std::string& source) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return;
-  try {
-    *out = it->get<T>();
-  } catch (const json::exception&) {
-    throw Error(source + ": field '" + key + "' has the wrong type");
-  }
+  if (!convert(*it, out)) throw Error(source + ": field '" + key + "' has the wrong type or is out of range");
 }
 
+// Sizes are bounded too, so that arithmetic on them cannot overflow.
+constexpr int64_t kMaxSize = int64_t(1) << 31;
+
 void require_positive(int64_t v, const char* key, const std::string& source) {
-  if (v <= 0) throw Error(source + ": field '" + std::string(key) + "' must be positive");
+  if (v <= 0 || v > kMaxSize)
+    throw Error(source + ": field '" + std::string(key) + "' must be positive and at most " + std::to_string(kMaxSize));
 }
 
 bool exists(const std::string& p) {
@@ -65,6 +109,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   read(t, "intermediate_size", &tc.intermediate_size, source);
   read(t, "num_hidden_layers", &tc.num_hidden_layers, source);
   read(t, "num_attention_heads", &tc.num_attention_heads, source);
+  require_positive(tc.hidden_size, "hidden_size", source);
+  require_positive(tc.num_attention_heads, "num_attention_heads", source);  // before dividing by it
   tc.num_key_value_heads = tc.num_attention_heads;
   read(t, "num_key_value_heads", &tc.num_key_value_heads, source);
   tc.head_dim = tc.hidden_size / tc.num_attention_heads;
@@ -93,14 +139,14 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     if (type != "default") throw Error(source + ": rope_type '" + type + "' is not supported");
   }
   require_positive(tc.vocab_size, "vocab_size", source);
-  require_positive(tc.hidden_size, "hidden_size", source);
   require_positive(tc.intermediate_size, "intermediate_size", source);
   require_positive(tc.num_hidden_layers, "num_hidden_layers", source);
-  require_positive(tc.num_attention_heads, "num_attention_heads", source);
   require_positive(tc.num_key_value_heads, "num_key_value_heads", source);
   require_positive(tc.head_dim, "head_dim", source);
   if (tc.num_attention_heads % tc.num_key_value_heads != 0)
     throw Error(source + ": num_attention_heads must be a multiple of num_key_value_heads");
+  for (int64_t section : tc.mrope_section)
+    if (section < 0 || section > tc.head_dim) throw Error(source + ": mrope_section entries must be in [0, head_dim]");
   if (2 * (tc.mrope_section[0] + tc.mrope_section[1] + tc.mrope_section[2]) != tc.head_dim)
     throw Error(source + ": mrope_section must sum to head_dim/2");
   if (tc.hidden_act != "silu") throw Error(source + ": text hidden_act '" + tc.hidden_act + "' is not supported");
@@ -158,11 +204,20 @@ PreprocessorConfig parse_preprocessor_config(const std::string& json_text, const
     if (std.size() != 3) throw Error(source + ": image_std must have 3 entries");
     p.image_std = {std[0], std[1], std[2]};
   }
-  require_positive(p.patch_size, "patch_size", source);
-  require_positive(p.merge_size, "merge_size", source);
-  require_positive(p.temporal_patch_size, "temporal_patch_size", source);
-  if (p.min_pixels <= 0 || p.max_pixels < p.min_pixels)
-    throw Error(source + ": need 0 < min_pixels <= max_pixels");
+  // Every image is resized to within [min_pixels, max_pixels] and cut into
+  // patches, so a downloaded file with huge values would make every image an
+  // allocation bomb. 2^28 pixels (16384 x 16384) is already more tokens than
+  // the model's context; real patch settings are 14 or 16, 2 and 2.
+  constexpr int64_t kMaxImagePixels = int64_t(1) << 28;
+  constexpr int64_t kMaxPatchSetting = 64;
+  for (auto [value, key] : {std::pair{p.patch_size, "patch_size"}, std::pair{p.merge_size, "merge_size"},
+                            std::pair{p.temporal_patch_size, "temporal_patch_size"}})
+    if (value <= 0 || value > kMaxPatchSetting)
+      throw Error(source + ": " + key + " " + std::to_string(value) + " is out of range [1, " +
+                  std::to_string(kMaxPatchSetting) + "]");
+  if (p.min_pixels <= 0 || p.max_pixels < p.min_pixels || p.max_pixels > kMaxImagePixels)
+    throw Error(source + ": need 0 < min_pixels <= max_pixels <= " + std::to_string(kMaxImagePixels) + " (got " +
+                std::to_string(p.min_pixels) + ", " + std::to_string(p.max_pixels) + ")");
   return p;
 }
 
