@@ -1,5 +1,7 @@
 #include "qvl/decoder/torch_view.h"
 
+#include <cstdint>
+
 #include "qvl/error.h"
 
 namespace qvl {
@@ -21,7 +23,11 @@ at::ScalarType to_scalar_type(DType t) {
 }
 
 at::Tensor tensor_view(const TensorView& v) {
-  return at::from_blob(const_cast<uint8_t*>(v.data), v.shape, at::TensorOptions().dtype(to_scalar_type(v.dtype)));
+  at::Tensor t = at::from_blob(const_cast<uint8_t*>(v.data), v.shape, at::TensorOptions().dtype(to_scalar_type(v.dtype)));
+  // safetensors does not promise aligned tensor data; kernels do assume it.
+  // A misaligned tensor (rare: hand-made files) is copied instead of viewed.
+  if (reinterpret_cast<uintptr_t>(v.data) % dtype_size(v.dtype) != 0) return t.clone();
+  return t;
 }
 
 }  // namespace qvl
