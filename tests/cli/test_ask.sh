@@ -2,15 +2,7 @@
 # qvl ask, end to end on the tiny model: greedy tokens equal the reference's
 # for every golden model case (float32), the bfloat16 first token equals the
 # reference top-1, and bad input fails with one clear line.
-set -uo pipefail
-QVL="$1"
-DATA="$2"
-MODEL="$DATA/tiny-qwen3-vl"
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-export QVL_CACHE_DIR="${QVL_TEST_CACHE:-$(dirname "$QVL")/../test-cache}"
-fail=0
-check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi; }
+source "$(dirname "$0")/common.sh" "$@"
 
 cp "$DATA"/images/* "$TMP"/
 

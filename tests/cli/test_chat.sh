@@ -5,16 +5,8 @@
 # equal to recomputing the saved conversation from scratch, /save refusing to
 # overwrite, bad /image and unknown commands reported without leaving, a full
 # context reported and recovered with /reset, Ctrl-C stopping an answer.
-set -uo pipefail
-QVL="$1"
-DATA="$2"
-MODEL="$DATA/tiny-qwen3-vl"
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-export QVL_CACHE_DIR="${QVL_TEST_CACHE:-$(dirname "$QVL")/../test-cache}"
+source "$(dirname "$0")/common.sh" "$@"
 export XDG_CACHE_HOME="$TMP/xdg-cache"
-fail=0
-check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi; }
 show_on_fail() { [ $fail -eq 0 ] || { echo "--- stderr:"; cat "$1"; }; }
 touch "$TMP/start"
 CHAT=("$QVL" chat --model "$MODEL" --greedy -n 8 --dtype f32)

@@ -3,15 +3,7 @@
 # image cases, one JSONL record per file (bad files get error records and exit
 # 3), identical files computed once, --resume/--force/refusal, paths on stdin,
 # and a SIGKILLed or interrupted run that --resume completes.
-set -uo pipefail
-QVL="$1"
-DATA="$2"
-MODEL="$DATA/tiny-qwen3-vl"
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-export QVL_CACHE_DIR="${QVL_TEST_CACHE:-$(dirname "$QVL")/../test-cache}"
-fail=0
-check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi; }
+source "$(dirname "$0")/common.sh" "$@"
 ocr() { "$QVL" ocr --model "$MODEL" --dtype f32 "$@"; }
 lines() { wc -l < "$1"; }
 # python3 -c snippets below get the JSONL file as sys.argv[1].

@@ -1,0 +1,14 @@
+# Shared set-up for the CLI tests; each test script starts with
+#   source "$(dirname "$0")/common.sh" "$@"
+# ctest runs them as: bash test_X.sh <path-to-qvl> <tests/data>.
+set -uo pipefail
+QVL="$1"
+DATA="$2"
+MODEL="$DATA/tiny-qwen3-vl"
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+# One vision-module cache for all CLI tests, inside the build tree: never tests/data.
+export QVL_CACHE_DIR="${QVL_TEST_CACHE:-$(dirname "$QVL")/../test-cache}"
+fail=0
+# check DESCRIPTION SHELL-CONDITION: prints ok/FAIL and remembers a failure.
+check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi; }
