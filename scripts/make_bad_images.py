@@ -80,6 +80,15 @@ def interlaced_rgb(x, y):  # 9x7 image
     return bytes([(x * 25 + 3) & 0xFF, (y * 31 + 7) & 0xFF, (x * y * 5) & 0xFF])
 
 
+def apng_default_rgb(x, y):  # 5x3 default image (frame 0) of animated.png
+    return bytes([(x * 40 + 10) & 0xFF, (y * 70 + 20) & 0xFF, (x * y * 13 + 5) & 0xFF])
+
+
+def apng_frame_control(sequence, width, height, x, y):
+    """fcTL: sequence number, frame size and offset, delay 1/10 s, no disposal, no blending."""
+    return struct.pack(">IIIIIHHBB", sequence, width, height, x, y, 1, 10, 0, 0)
+
+
 def gradient_rgb(x, y):  # 24x16 source of the orientation JPEGs
     return (x * 10, y * 15, 255 - x * 5 - y * 5)
 
@@ -111,6 +120,16 @@ def make_pngs(files):
     # eXIf orientation 6 (turn right), stored after the pixels as some writers do.
     files["exif6.png"] = png(3, 2, 8, 2, [bytes(v for x in range(3) for v in interlaced_rgb(x, y)) for y in range(2)],
                              after_idat=[(b"eXIf", exif_block(6))])
+    # Animated PNG (APNG): the IDAT image is frame 0 (an fcTL precedes it) and a
+    # second, smaller magenta frame follows in fdAT. PIL opens frame 0, so
+    # convert("RGB") gives the IDAT image; decoders that know no APNG skip the
+    # ancillary acTL/fcTL/fdAT chunks and show the same.
+    second_frame = b"".join(b"\x00" + bytes([255, 0, 255]) * 3 for _ in range(2))
+    files["animated.png"] = png(5, 3, 8, 2, [b"".join(apng_default_rgb(x, y) for x in range(5)) for y in range(3)],
+                                extra_chunks=[(b"acTL", struct.pack(">II", 2, 0)),
+                                              (b"fcTL", apng_frame_control(0, 5, 3, 0, 0))],
+                                after_idat=[(b"fcTL", apng_frame_control(1, 3, 2, 1, 1)),
+                                            (b"fdAT", struct.pack(">I", 2) + zlib.compress(second_frame, 9))])
     # Valid, but wider than the processor's 200:1 aspect-ratio limit.
     files["too_wide.png"] = png(402, 2, 8, 0, [bytes(402), bytes(402)])
     # A header claiming 100000 x 100000 pixels: must be refused before any allocation.

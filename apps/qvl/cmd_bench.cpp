@@ -21,7 +21,7 @@ namespace {
 
 // Weight quantizations qvl can run. Adding one is a line here, plus passing
 // it on to SessionOptions in run_bench_child.
-const std::vector<std::string> kSupportedQuants = {"none"};
+const std::vector<std::string> kSupportedQuants = {"none", "int8"};
 
 // Fixed questions of about twenty words, so runs are comparable across builds.
 const char* kImageQuestion =
@@ -73,7 +73,9 @@ double seconds_between(int64_t start_ns, int64_t end_ns) { return double(end_ns 
 // The child: load, answer once, print one JSON line of measurements.
 int run_bench_child(const RunFlags& f) {
   const std::vector<Message> turn = question(f.images, f.prompt);
-  Session session(make_session_options(f.model));
+  SessionOptions options = make_session_options(f.model);
+  options.quant = f.quant;
+  Session session(options);
   const int64_t ready_ns = monotonic_ns();
   // The vision module is loaded (or built, the first time) before the question,
   // so vision_s measures encoding only.
@@ -198,6 +200,7 @@ void register_bench_run(CLI::App& app, int& exit_code) {
   add_model_options(cmd, f->model);
   cmd->add_option("--image", f->images)->allow_extra_args(false)->check(CLI::ExistingFile);
   cmd->add_option("--prompt", f->prompt)->required();
+  cmd->remove_option(cmd->get_option("--quant"));  // add_model_options' one: this list is checked against bench's
   cmd->add_option("--quant", f->quant)->check(supported_quant());
   cmd->add_option("--max-new-tokens", f->max_new_tokens)->check(CLI::PositiveNumber);
   cmd->add_option("--spawned-at-ns", f->spawned_at_ns)->required();
@@ -216,6 +219,7 @@ void register_bench(CLI::App& app, int& exit_code) {
   // Here --load and --dtype take lists: drop the single-value versions.
   cmd->remove_option(cmd->get_option("--load"));
   cmd->remove_option(cmd->get_option("--dtype"));
+  cmd->remove_option(cmd->get_option("--quant"));
   cmd->add_option("--load", f->loads, "Load modes to compare, comma-separated (default: lazy,eager)")
       ->delimiter(',')
       ->allow_extra_args(false)

@@ -27,8 +27,8 @@ int run_export(const ExportFlags& f) {
   VisionOptions opts;
   opts.dtype = f.dtype == "f32" ? at::kFloat : at::kBFloat16;
   opts.cache_dir = f.cache_dir;
-  const std::string expected =
-      vision_module_path(vision_cache_dir(model_dir, ckpt.fingerprint(), opts), ckpt.fingerprint(), opts.dtype);
+  const std::string expected = vision_module_path(vision_cache_dir(model_dir, ckpt.fingerprint(), opts),
+                                                  vision_module_key(model_dir, ckpt), opts.dtype);
   struct stat st {};
   const bool up_to_date = !f.force && ::stat(expected.c_str(), &st) == 0;
   const auto start = std::chrono::steady_clock::now();

@@ -1,5 +1,6 @@
 #include "common.h"
 
+#include <fmt/core.h>
 #include <signal.h>
 
 #include <csignal>
@@ -44,7 +45,10 @@ SessionOptions make_session_options(const ModelOptions& o) {
   s.model_dir = resolve_model_dir(o);
   s.dtype = o.dtype;
   s.lazy = o.load != "eager";
+  s.quant = o.quant;
+  if (!o.quiet) s.on_note = [](const std::string& note) { fmt::print(stderr, "qvl: {}\n", note); };
   s.max_context = o.max_context;
+  s.max_memory_mb = o.max_memory_mb;
   s.threads = o.threads;
   s.min_pixels = o.min_pixels;
   s.max_pixels = o.max_pixels;

@@ -21,9 +21,16 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
   cmd->add_option("--load", o.load, "lazy: touch weights as layers first run; eager: load all first")
       ->check(CLI::IsMember({"lazy", "eager"}))
       ->capture_default_str();
+  cmd->add_option("--quant", o.quant, "Decoder weights: none (as stored) or int8 (quantized once, cached; faster decoding)")
+      ->check(CLI::IsMember({"none", "int8"}))
+      ->capture_default_str();
   cmd->add_option("--max-context", o.max_context, "Context limit in tokens (KV cache size)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  cmd->add_option("--max-memory", o.max_memory_mb,
+                  "Refuse to start (or to encode an image) when the estimate exceeds this many MB "
+                  "(default: the memory available now)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--min-pixels", o.min_pixels, "Smallest resized image area (default: preprocessor_config.json)");
   cmd->add_option("--max-pixels", o.max_pixels, "Largest resized image area (default: preprocessor_config.json)");
   cmd->add_option("--max-side", o.max_side, "Shortcut: largest resized area is max-side squared");

@@ -3,41 +3,34 @@
 # processes, every figure is numeric (positive where it must be), the summary
 # agrees with the raw runs, the table shows one row per mode, and bad
 # selections or a failing child end with one clear line.
-set -uo pipefail
-QVL="$1"
-DATA="$2"
-MODEL="$DATA/tiny-qwen3-vl"
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-export QVL_CACHE_DIR="${QVL_TEST_CACHE:-$(dirname "$QVL")/../test-cache}"
-fail=0
-check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi; }
+source "$(dirname "$0")/common.sh" "$@"
 
-# Defaults: both load modes in bf16, every supported quantization (none).
+# Defaults: both load modes in bf16, every supported quantization (none, int8).
 "$QVL" bench --model "$MODEL" --image "$DATA/images/small.png" --repeat 1 --max-new-tokens 4 --json \
   > "$TMP/image.json" 2> "$TMP/image.err"
 rc=$?
 check "bench --json with an image exits 0" "[ $rc -eq 0 ] || { cat '$TMP/image.err'; false; }"
-check "... and reports progress on stderr" "grep -q 'bench: \[2/2\]' '$TMP/image.err'"
+check "... and reports progress on stderr" "grep -q 'bench: \[4/4\]' '$TMP/image.err'"
 python3 - "$TMP/image.json" <<'PY' || fail=1
 import json, sys
 rows = json.load(open(sys.argv[1]))
 assert isinstance(rows, list), "the output is not a JSON array"
 modes = sorted(r["mode"] for r in rows)
-assert modes == ["eager", "lazy"], f"rows for modes {modes}, expected lazy and eager"
+assert modes == ["eager", "eager", "lazy", "lazy"], f"rows for modes {modes}, expected lazy and eager twice"
+assert sorted(r["quant"] for r in rows) == ["int8", "int8", "none", "none"], "expected every mode with none and int8"
 measures = ["load_s", "peak_rss_mb", "vision_s", "prefill_tok_s", "decode_tok_s", "ttft_s"]
 def positive(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
 for r in rows:
-    where = r["mode"]
-    assert (r["dtype"], r["quant"]) == ("bf16", "none"), f"{where}: dtype/quant {r['dtype']}/{r['quant']}"
+    where = r["mode"] + " " + r["quant"]
+    assert r["dtype"] == "bf16", f"{where}: dtype {r['dtype']}"
     assert len(r["runs"]) == 1, f"{where}: {len(r['runs'])} runs for --repeat 1"
     run = r["runs"][0]
     for key in measures:
         assert positive(r[key]), f"{where}: {key} = {r[key]!r} is not a positive number"
         assert positive(r["min"][key]), f"{where}: min.{key} = {r['min'][key]!r} is not a positive number"
         assert r[key] == run[key] == r["min"][key], f"{where}: one run, yet {key} median/min differ from the run"
-    assert run["mode"] == where and run["dtype"] == "bf16", f"{where}: the run measured {run['mode']} {run['dtype']}"
+    assert (run["mode"], run["dtype"], run["quant"]) == (r["mode"], "bf16", r["quant"]), f"{where}: the run measured {run['mode']} {run['dtype']} {run['quant']}"
     assert run["generated_tokens"] == 4, f"{where}: {run['generated_tokens']} tokens, expected exactly 4 (EOS ignored)"
     assert run["prompt_tokens"] > 0, f"{where}: no prompt tokens"
     # Process start to ready covers more than constructing the Session.
@@ -47,7 +40,7 @@ print("ok: JSON has both modes with every measure positive")
 PY
 
 # Text only (no --image), two dtypes, two runs each: medians and minima follow from the raw runs.
-"$QVL" bench --model "$MODEL" --load lazy --dtype bf16,f32 --repeat 2 -n 3 --json \
+"$QVL" bench --model "$MODEL" --load lazy --dtype bf16,f32 --quant none --repeat 2 -n 3 --json \
   > "$TMP/text.json" 2> "$TMP/text.err"
 rc=$?
 check "text-only bench over two dtypes exits 0" "[ $rc -eq 0 ] || { cat '$TMP/text.err'; false; }"
@@ -82,7 +75,7 @@ check "... an eager row" "grep -Eq '^eager +bf16 +none( +[0-9.]+ \([0-9.]+\)){6}
 rc=$?
 check "--quant int4 exits non-zero" "[ $rc -ne 0 ]"
 check "... saying int4 is not supported and what is" \
-  "grep -q \"'int4' is not supported (supported: none)\" '$TMP/quant.err' || { cat '$TMP/quant.err'; false; }"
+  "grep -q \"'int4' is not supported (supported: none, int8)\" '$TMP/quant.err' || { cat '$TMP/quant.err'; false; }"
 check "... and prints nothing on stdout" "[ ! -s '$TMP/quant.out' ]"
 "$QVL" bench --model "$MODEL" --load lazy,fast > /dev/null 2>&1
 check "--load lazy,fast exits 2" "[ $? -eq 2 ]"

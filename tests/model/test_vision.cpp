@@ -47,14 +47,16 @@ struct Fixtures {
   qvl::SafetensorsFile model_goldens{qvl::test::data_path("goldens_model.safetensors")};
   qvl::SafetensorsFile processor_goldens{qvl::test::data_path("goldens_processor.safetensors")};
   TempDir cache;
-  std::unique_ptr<qvl::VisionEncoder> f32, bf16;
+  std::unique_ptr<qvl::VisionEncoder> f32, bf16, f32_script, bf16_script;
 
-  qvl::VisionEncoder& encoder(at::ScalarType dtype) {
-    auto& slot = dtype == at::kFloat ? f32 : bf16;
+  // native: the blocks in C++ (the default); else the module's TorchScript forward.
+  qvl::VisionEncoder& encoder(at::ScalarType dtype, bool native = true) {
+    auto& slot = dtype == at::kFloat ? (native ? f32 : f32_script) : (native ? bf16 : bf16_script);
     if (!slot) {
       qvl::VisionOptions opts;
       opts.dtype = dtype;
       opts.cache_dir = cache.path;
+      opts.native_blocks = native;
       slot = std::make_unique<qvl::VisionEncoder>(qvl::test::tiny_model_dir(), cfg, ckpt, opts);
     }
     return *slot;
@@ -162,6 +164,25 @@ TEST_CASE("vision encoder bf16: close to the float32 reference") {
   }
 }
 
+TEST_CASE("vision encoder: the TorchScript forward matches the reference too, and the native blocks") {
+  // The module's own forward stays the reference the native blocks are held to.
+  auto& f = fixtures();
+  for (const auto& c : kCases) {
+    CAPTURE(c.name);
+    const std::string key = std::string(c.name) + ".vision.";
+    at::Tensor px = f.pixels(c.image);
+    qvl::VisionFeatures script = f.encoder(at::kFloat, false).encode(px, {f.grid(c.name)});
+    qvl::VisionFeatures native = f.encoder(at::kFloat).encode(px, {f.grid(c.name)});
+    CHECK(relative_error(script.embeds, f.golden(key + "merger_out")) <= kFloat32Tolerance);
+    CHECK(relative_error(native.embeds, script.embeds) <= 1e-5);
+    for (int i = 0; i < 3; ++i) CHECK(relative_error(native.deepstack[i], script.deepstack[i]) <= 1e-5);
+    // bf16: the two differ only by where roundings fall.
+    qvl::VisionFeatures script16 = f.encoder(at::kBFloat16, false).encode(px, {f.grid(c.name)});
+    qvl::VisionFeatures native16 = f.encoder(at::kBFloat16).encode(px, {f.grid(c.name)});
+    CHECK(relative_error(native16.embeds, script16.embeds.to(at::kFloat)) <= 3e-2);
+  }
+}
+
 TEST_CASE("vision encoder: two images in one call give the same features as each alone") {
   auto& f = fixtures();
   auto& enc = f.encoder(at::kFloat);
@@ -215,7 +236,8 @@ TEST_CASE("vision module cache: named by weights, script and dtype; missing tool
   const std::string fp = f.ckpt.fingerprint();
   CHECK(qvl::vision_module_path("/c", fp, at::kFloat) != qvl::vision_module_path("/c", fp, at::kBFloat16));
   CHECK(qvl::vision_module_path("/c", fp, at::kFloat).find(fp) != std::string::npos);
-  CHECK(f.encoder(at::kFloat).module_path() == qvl::vision_module_path(f.cache.path, fp, at::kFloat));
+  CHECK(f.encoder(at::kFloat).module_path() ==
+        qvl::vision_module_path(f.cache.path, qvl::vision_module_key(qvl::test::tiny_model_dir(), f.ckpt), at::kFloat));
 
   TempDir empty;
   qvl::VisionOptions opts;

@@ -186,3 +186,10 @@ TEST_CASE("EXIF and XMP orientation turn the picture upright, as exif_transpose 
   check_pixels(decode_image_file(bad("exif6.png")), 2, 3,
                [](int64_t x, int64_t y) { return interlaced_rgb(y, 1 - x); });
 }
+
+TEST_CASE("animated PNG: the default image, which PIL opens as frame 0") {
+  // The 5x3 IDAT image make_bad_images.py wrote; the later 3x2 magenta frame must not show.
+  check_pixels(decode_image_file(bad("animated.png")), 5, 3, [](int64_t x, int64_t y) {
+    return std::array<int, 3>{int((x * 40 + 10) & 0xFF), int((y * 70 + 20) & 0xFF), int((x * y * 13 + 5) & 0xFF)};
+  });
+}

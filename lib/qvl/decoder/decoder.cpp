@@ -48,7 +48,7 @@ Decoder::Decoder(const Checkpoint& ckpt, const TextConfig& cfg, const DecoderOpt
   if (cfg.num_key_value_heads <= 0 || cfg.num_attention_heads % cfg.num_key_value_heads != 0)
     throw Error(fmt::format("num_attention_heads {} is not a multiple of num_key_value_heads {}",
                             cfg.num_attention_heads, cfg.num_key_value_heads));
-  weights_ = std::make_unique<DecoderWeights>(ckpt, cfg, opts.dtype, opts.lazy);
+  weights_ = std::make_unique<DecoderWeights>(ckpt, cfg, opts);
   rope_ = std::make_unique<MultimodalRope>(cfg);
   cache_ = std::make_unique<KvCache>(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, opts.max_context,
                                      opts.dtype);
@@ -91,8 +91,13 @@ at::Tensor Decoder::forward(const at::Tensor& embeds, const at::Tensor& position
 
   at::Tensor normed = rms_norm(hidden, weights_->final_norm(), cfg_.rms_norm_eps);
   if (trace) trace->hidden_states.push_back(normed);
-  if (all_logits) return at::linear(normed, weights_->lm_head()).to(at::kFloat);
-  kernels::linear_into(logits_buffer_, normed.narrow(0, L - 1, 1), weights_->lm_head());
+  if (all_logits) {
+    at::Tensor logits = at::empty({L, cfg_.vocab_size}, at::TensorOptions().dtype(opts_.dtype));
+    kernels::linear_into(logits, normed, weights_->lm_head(), {}, workspace_->dequant_scratch());
+    return logits.to(at::kFloat);
+  }
+  kernels::linear_into(logits_buffer_, normed.narrow(0, L - 1, 1), weights_->lm_head(), {},
+                       workspace_->dequant_scratch());
   return logits_buffer_.squeeze(0).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
 }
 

@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "qvl/decoder/options.h"
 #include "qvl/io/safetensors.h"
 #include "qvl/model/config.h"
 
@@ -18,12 +19,6 @@ class DecoderWeights;
 class KvCache;
 class LayerWorkspace;
 class MultimodalRope;
-
-struct DecoderOptions {
-  at::ScalarType dtype = at::kBFloat16;  // compute dtype: kBFloat16 or kFloat
-  bool lazy = true;                      // false: load (and pre-fault) every weight in the constructor
-  int64_t max_context = 4096;            // tokens the KV cache holds
-};
 
 struct DeepstackInput {
   at::Tensor visual_mask;            // [L] bool: which of the L new tokens are image tokens

@@ -83,23 +83,24 @@ at::Tensor run_decoder_layer(const at::Tensor& hidden, const LayerWeights& w, co
   const int64_t heads = cfg.num_attention_heads, kv_heads = cfg.num_key_value_heads;
   const int64_t past = cache.size();
   LayerWorkspace::Views b = ws.rows(L);
+  at::Tensor& scratch = ws.dequant_scratch();
 
   at::Tensor x = rms_norm(hidden, w.input_norm, cfg.rms_norm_eps);
-  kernels::linear_into(b.q, x, w.q_proj, w.q_bias);
-  kernels::linear_into(b.k, x, w.k_proj, w.k_bias);
-  kernels::linear_into(b.v, x, w.v_proj, w.v_bias);
+  kernels::linear_into(b.q, x, w.q_proj, w.q_bias, scratch);
+  kernels::linear_into(b.k, x, w.k_proj, w.k_bias, scratch);
+  kernels::linear_into(b.v, x, w.v_proj, w.v_bias, scratch);
   at::Tensor q = apply_rope(rms_norm(b.q.view({L, heads, head_dim}), w.q_norm, cfg.rms_norm_eps), rope);
   at::Tensor k = apply_rope(rms_norm(b.k.view({L, kv_heads, head_dim}), w.k_norm, cfg.rms_norm_eps), rope);
   cache.store(layer_index, k.transpose(0, 1), b.v.view({L, kv_heads, head_dim}).transpose(0, 1));
   attend(q, cache, layer_index, past, b.attn);
-  kernels::linear_into(b.o, b.attn, w.o_proj, w.o_bias);
+  kernels::linear_into(b.o, b.attn, w.o_proj, w.o_bias, scratch);
   at::Tensor h = hidden + b.o;
 
   x = rms_norm(h, w.post_attention_norm, cfg.rms_norm_eps);
-  kernels::linear_into(b.gate, x, w.gate_proj);
-  kernels::linear_into(b.up, x, w.up_proj);
+  kernels::linear_into(b.gate, x, w.gate_proj, {}, scratch);
+  kernels::linear_into(b.up, x, w.up_proj, {}, scratch);
   at::silu_(b.gate).mul_(b.up);
-  kernels::linear_into(b.down, b.gate, w.down_proj);
+  kernels::linear_into(b.down, b.gate, w.down_proj, {}, scratch);
   return h.add_(b.down);
 }
 

@@ -29,6 +29,8 @@ class LayerWorkspace {
     at::Tensor gate, up;       // [L, intermediate]
   };
   Views rows(int64_t tokens);
+  // Where int8 weights are dequantized for long inputs (see kernels::linear_into).
+  at::Tensor& dequant_scratch() { return dequant_scratch_; }
 
  private:
   void allocate(int64_t tokens);
@@ -36,6 +38,7 @@ class LayerWorkspace {
   at::ScalarType dtype_;
   int64_t capacity_ = 0;
   Views full_;
+  at::Tensor dequant_scratch_;
 };
 
 // Runs layer `layer_index` on hidden [L, hidden] for the L tokens after the

@@ -5,6 +5,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <iterator>
+
+#include "qvl/decoder/int8_weights.h"
 #include "qvl/decoder/torch_view.h"
 #include "qvl/error.h"
 
@@ -15,26 +18,32 @@ const std::string kPrefix = "model.language_model.";
 
 bool is_float(DType t) { return t == DType::BF16 || t == DType::F16 || t == DType::F32; }
 
-// Asks the kernel to read the tensor's pages ahead, then faults each one in, so
-// that the first forward pass does not stall on disk.
-void prefault(const TensorView& v) {
-  if (v.nbytes == 0) return;
+// Asks the kernel to read the pages ahead, then faults each one in, so that
+// the first forward pass does not stall on disk.
+void prefault(const void* data, size_t nbytes) {
+  if (nbytes == 0) return;
+  const uint8_t* bytes = static_cast<const uint8_t*>(data);
   const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(v.data) & ~(page - 1);
-  const uintptr_t end = reinterpret_cast<uintptr_t>(v.data) + v.nbytes;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(bytes) & ~(page - 1);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(bytes) + nbytes;
   ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_WILLNEED);  // advisory: failure is harmless
   volatile uint8_t sink = 0;
-  for (uintptr_t p = reinterpret_cast<uintptr_t>(v.data); p < end; p += page) sink ^= *reinterpret_cast<const uint8_t*>(p);
-  sink ^= *(v.data + v.nbytes - 1);
+  for (uintptr_t p = reinterpret_cast<uintptr_t>(bytes); p < end; p += page) sink ^= *reinterpret_cast<const uint8_t*>(p);
+  sink ^= bytes[nbytes - 1];
   (void)sink;
 }
 
+// The name of a layer's projection in the int8 cache.
+std::string int8_name(int64_t layer, const char* projection) { return fmt::format("layers.{}.{}", layer, projection); }
+constexpr const char* kInt8LmHead = "lm_head";
+constexpr const char* kProjections[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+
 }  // namespace
 
-DecoderWeights::DecoderWeights(const Checkpoint& ckpt, const TextConfig& cfg, at::ScalarType dtype, bool lazy)
-    : ckpt_(ckpt), dtype_(dtype), lazy_(lazy), tied_(cfg.tie_word_embeddings) {
-  if (dtype != at::kBFloat16 && dtype != at::kFloat)
-    throw Error(fmt::format("decoder compute dtype {} is not supported (bf16 or f32)", c10::toString(dtype)));
+DecoderWeights::DecoderWeights(const Checkpoint& ckpt, const TextConfig& cfg, const DecoderOptions& opts)
+    : ckpt_(ckpt), dtype_(opts.dtype), lazy_(opts.lazy), tied_(cfg.tie_word_embeddings) {
+  if (dtype_ != at::kBFloat16 && dtype_ != at::kFloat)
+    throw Error(fmt::format("decoder compute dtype {} is not supported (bf16 or f32)", c10::toString(dtype_)));
   const int64_t hidden = cfg.hidden_size, head_dim = cfg.head_dim;
   const int64_t q_dim = cfg.num_attention_heads * head_dim, kv_dim = cfg.num_key_value_heads * head_dim;
   const int64_t inter = cfg.intermediate_size;
@@ -68,6 +77,18 @@ DecoderWeights::DecoderWeights(const Checkpoint& ckpt, const TextConfig& cfg, at
   layers_.resize(layer_srcs_.size());
   layer_loaded_.assign(layer_srcs_.size(), false);
 
+  if (opts.quant == WeightQuant::Int8) {
+    std::vector<Int8Source> sources;
+    for (size_t i = 0; i < layer_srcs_.size(); ++i) {
+      const LayerSources& s = layer_srcs_[i];
+      const Source* projections[] = {&s.q_proj, &s.k_proj, &s.v_proj, &s.o_proj, &s.gate_proj, &s.up_proj, &s.down_proj};
+      for (size_t p = 0; p < std::size(kProjections); ++p)
+        sources.push_back({int8_name(int64_t(i), kProjections[p]), projections[p]->view});
+    }
+    sources.push_back({kInt8LmHead, lm_head_src_.view});
+    int8_ = load_int8_cache(ckpt, sources, opts.quant_cache_dir, opts.int8_group_size, opts.on_note);
+  }
+
   if (!lazy_) {
     load_globals();
     for (size_t i = 0; i < layers_.size(); ++i) load_layer(static_cast<int64_t>(i));
@@ -89,40 +110,55 @@ DecoderWeights::Source DecoderWeights::require(const std::string& name, const st
   return s;
 }
 
-at::Tensor DecoderWeights::materialize(const Source& s) const {
+at::Tensor DecoderWeights::materialize(const Source& s, bool prefault_pages) const {
   if (!s.view) return at::Tensor();
   at::Tensor view = tensor_view(*s.view);
   if (view.scalar_type() != dtype_) return view.to(dtype_);  // the copy reads every page anyway
-  if (!lazy_) prefault(*s.view);
+  if (prefault_pages) prefault(s.view->data, s.view->nbytes);
   return view;
+}
+
+kernels::LinearWeight DecoderWeights::projection(const Source& s, const std::string& int8_name) const {
+  if (!int8_) return materialize(s, !lazy_);
+  const kernels::Int8Matrix& m = int8_->get(int8_name);
+  if (!lazy_) {
+    prefault(m.weights, m.weight_bytes());
+    prefault(m.scales, m.scale_bytes());
+  }
+  return kernels::LinearWeight(m);
 }
 
 void DecoderWeights::load_globals() {
   if (globals_loaded_) return;
-  embed_ = materialize(embed_src_);
-  norm_ = materialize(norm_src_);
-  lm_head_ = tied_ ? embed_ : materialize(lm_head_src_);
+  // With int8 the table serves only lookups, a few rows per token: no need to read it all.
+  embed_ = materialize(embed_src_, !lazy_ && !int8_);
+  norm_ = materialize(norm_src_, !lazy_);
+  if (int8_)
+    lm_head_ = projection(lm_head_src_, kInt8LmHead);
+  else
+    lm_head_ = tied_ ? kernels::LinearWeight(embed_) : projection(lm_head_src_, kInt8LmHead);
   globals_loaded_ = true;
 }
 
 void DecoderWeights::load_layer(int64_t i) {
   const LayerSources& s = layer_srcs_[i];
   LayerWeights& w = layers_[i];
-  w.input_norm = materialize(s.input_norm);
-  w.post_attention_norm = materialize(s.post_attention_norm);
-  w.q_proj = materialize(s.q_proj);
-  w.k_proj = materialize(s.k_proj);
-  w.v_proj = materialize(s.v_proj);
-  w.o_proj = materialize(s.o_proj);
-  w.q_bias = materialize(s.q_bias);
-  w.k_bias = materialize(s.k_bias);
-  w.v_bias = materialize(s.v_bias);
-  w.o_bias = materialize(s.o_bias);
-  w.q_norm = materialize(s.q_norm);
-  w.k_norm = materialize(s.k_norm);
-  w.gate_proj = materialize(s.gate_proj);
-  w.up_proj = materialize(s.up_proj);
-  w.down_proj = materialize(s.down_proj);
+  const bool touch = !lazy_;
+  w.input_norm = materialize(s.input_norm, touch);
+  w.post_attention_norm = materialize(s.post_attention_norm, touch);
+  w.q_proj = projection(s.q_proj, int8_name(i, "q_proj"));
+  w.k_proj = projection(s.k_proj, int8_name(i, "k_proj"));
+  w.v_proj = projection(s.v_proj, int8_name(i, "v_proj"));
+  w.o_proj = projection(s.o_proj, int8_name(i, "o_proj"));
+  w.q_bias = materialize(s.q_bias, touch);
+  w.k_bias = materialize(s.k_bias, touch);
+  w.v_bias = materialize(s.v_bias, touch);
+  w.o_bias = materialize(s.o_bias, touch);
+  w.q_norm = materialize(s.q_norm, touch);
+  w.k_norm = materialize(s.k_norm, touch);
+  w.gate_proj = projection(s.gate_proj, int8_name(i, "gate_proj"));
+  w.up_proj = projection(s.up_proj, int8_name(i, "up_proj"));
+  w.down_proj = projection(s.down_proj, int8_name(i, "down_proj"));
   layer_loaded_[i] = true;
 }
 
@@ -136,7 +172,7 @@ const at::Tensor& DecoderWeights::final_norm() {
   return norm_;
 }
 
-const at::Tensor& DecoderWeights::lm_head() {
+const kernels::LinearWeight& DecoderWeights::lm_head() {
   load_globals();
   return lm_head_;
 }

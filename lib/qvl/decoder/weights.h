@@ -4,14 +4,23 @@
 // mmapped file (read-only: never write to them); otherwise they are converted
 // copies. Every tensor the config implies is checked (present, shape, float
 // dtype) in the constructor, before any weight byte is read.
+//
+// With WeightQuant::Int8 the projections and the lm_head are int8 matrices in
+// a mapped cache file (made in the constructor if needed) and the checkpoint's
+// projection weights are never read again; the norms stay as above, and the
+// embedding table stays on the checkpoint, where a lookup reads a few rows.
 #pragma once
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "qvl/decoder/options.h"
 #include "qvl/io/safetensors.h"
+#include "qvl/kernels/int8_cache.h"
+#include "qvl/kernels/linear.h"
 #include "qvl/model/config.h"
 
 namespace qvl {
@@ -19,21 +28,22 @@ namespace qvl {
 struct LayerWeights {
   at::Tensor input_norm;           // [hidden]
   at::Tensor post_attention_norm;  // [hidden]
-  at::Tensor q_proj, k_proj, v_proj, o_proj;
+  kernels::LinearWeight q_proj, k_proj, v_proj, o_proj;
   at::Tensor q_bias, k_bias, v_bias, o_bias;  // undefined unless config.attention_bias
   at::Tensor q_norm, k_norm;                  // [head_dim]
-  at::Tensor gate_proj, up_proj, down_proj;
+  kernels::LinearWeight gate_proj, up_proj, down_proj;
 };
 
 class DecoderWeights {
  public:
   // lazy: a layer's tensors are made (and its pages touched) when first asked
   // for; eager: everything now, with in-place views pre-faulted.
-  DecoderWeights(const Checkpoint& ckpt, const TextConfig& cfg, at::ScalarType dtype, bool lazy);
+  // Uses opts.dtype, lazy and the quantization fields.
+  DecoderWeights(const Checkpoint& ckpt, const TextConfig& cfg, const DecoderOptions& opts);
 
-  const at::Tensor& embed_tokens();  // [vocab, hidden]
-  const at::Tensor& final_norm();    // [hidden]
-  const at::Tensor& lm_head();       // [vocab, hidden]; embed_tokens when tied
+  const at::Tensor& embed_tokens();          // [vocab, hidden]
+  const at::Tensor& final_norm();            // [hidden]
+  const kernels::LinearWeight& lm_head();   // [vocab, hidden]; embed_tokens when tied (and not int8)
   const LayerWeights& layer(int64_t i);
 
   int64_t layers_loaded() const;
@@ -51,7 +61,8 @@ class DecoderWeights {
   };
 
   Source require(const std::string& name, const std::vector<int64_t>& shape);
-  at::Tensor materialize(const Source& s) const;
+  at::Tensor materialize(const Source& s, bool prefault_pages) const;
+  kernels::LinearWeight projection(const Source& s, const std::string& int8_name) const;
   void load_layer(int64_t i);
   void load_globals();
 
@@ -62,10 +73,12 @@ class DecoderWeights {
   bool tied_;
 
   Source embed_src_, norm_src_, lm_head_src_;
+  std::unique_ptr<kernels::Int8Cache> int8_;  // set in int8 mode
   std::vector<LayerSources> layer_srcs_;
 
   bool globals_loaded_ = false;
-  at::Tensor embed_, norm_, lm_head_;
+  at::Tensor embed_, norm_;
+  kernels::LinearWeight lm_head_;
   std::vector<LayerWeights> layers_;
   std::vector<bool> layer_loaded_;
 };

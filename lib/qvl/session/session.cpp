@@ -14,8 +14,11 @@
 #include "qvl/image/decode.h"
 #include "qvl/image/preprocess.h"
 #include "qvl/io/safetensors.h"
+#include "qvl/model/checkpoint_layout.h"
+#include "qvl/model/memory_budget.h"
 #include "qvl/model/mrope_positions.h"
 #include "qvl/text/tokenizer.h"
+#include "qvl/vision/module_cache.h"
 #include "qvl/vision/vision_encoder.h"
 
 namespace qvl {
@@ -28,6 +31,42 @@ at::ScalarType parse_compute_dtype(const std::string& s) {
   if (s == "bf16") return at::kBFloat16;
   if (s == "f32") return at::kFloat;
   throw Error("unknown dtype '" + s + "' (use bf16 or f32)");
+}
+
+WeightQuant parse_quant(const std::string& s) {
+  if (s == "none") return WeightQuant::None;
+  if (s == "int8") return WeightQuant::Int8;
+  throw Error("unknown weight quantization '" + s + "' (use none or int8)");
+}
+
+// The caches' folder: the option, else $QVL_CACHE_DIR, else the default choice ("").
+VisionOptions cache_options(const SessionOptions& o, at::ScalarType dtype) {
+  VisionOptions vo;
+  vo.dtype = dtype;
+  vo.cache_dir = o.cache_dir;
+  if (vo.cache_dir.empty())
+    if (const char* env = std::getenv("QVL_CACHE_DIR"); env && *env) vo.cache_dir = env;
+  vo.build_if_missing = o.build_vision_if_missing;
+  return vo;
+}
+
+DecoderOptions decoder_options(const SessionOptions& o, const Checkpoint& ckpt, at::ScalarType dtype) {
+  DecoderOptions d{dtype, o.lazy, o.max_context};
+  d.quant = parse_quant(o.quant);
+  if (d.quant != WeightQuant::None) {
+    // Beside the vision module: one folder per model holds everything derived from it.
+    d.quant_cache_dir = vision_cache_dir(o.model_dir, ckpt.fingerprint(), cache_options(o, dtype));
+    d.on_note = o.on_note;
+  }
+  return d;
+}
+
+// A checkpoint that does not match config.json fails here, naming the tensor,
+// before any weight is read.
+Checkpoint open_checkpoint(const std::string& model_dir, const ModelConfig& cfg) {
+  Checkpoint ckpt(model_dir);
+  validate_checkpoint(ckpt, cfg);
+  return ckpt;
 }
 
 // Positions as the decoder takes them: [3, L] int64.
@@ -67,6 +106,7 @@ struct Session::Impl {
   GenerationConfig generation;
   Tokenizer tokenizer;
   Checkpoint checkpoint;
+  MemoryBudget budget;  // refuses before the decoder maps or converts any weight
   at::ScalarType dtype;
   Decoder decoder;
   std::unique_ptr<VisionEncoder> vision;  // built at the first image
@@ -85,9 +125,10 @@ struct Session::Impl {
         preprocessor(load_preprocessor_config(o.model_dir)),
         generation(load_generation_config(o.model_dir)),
         tokenizer(Tokenizer::load_from_model_dir(o.model_dir)),
-        checkpoint(o.model_dir),
+        checkpoint(open_checkpoint(o.model_dir, config)),
+        budget(config, MemoryOptions{o.dtype, o.quant, o.max_context, o.threads}, o.max_memory_mb),
         dtype(parse_compute_dtype(o.dtype)),
-        decoder(checkpoint, config.text, DecoderOptions{dtype, o.lazy, o.max_context}) {
+        decoder(checkpoint, config.text, decoder_options(o, checkpoint, dtype)) {
     if (o.min_pixels > 0) preprocessor.min_pixels = o.min_pixels;
     if (o.max_pixels > 0) preprocessor.max_pixels = o.max_pixels;
     if (preprocessor.min_pixels > preprocessor.max_pixels)
@@ -99,13 +140,7 @@ struct Session::Impl {
 
   VisionEncoder& vision_encoder() {
     if (!vision) {
-      VisionOptions vo;
-      vo.dtype = dtype;
-      vo.cache_dir = options.cache_dir;
-      if (vo.cache_dir.empty())
-        if (const char* env = std::getenv("QVL_CACHE_DIR"); env && *env) vo.cache_dir = env;
-      vo.build_if_missing = options.build_vision_if_missing;
-      vision = std::make_unique<VisionEncoder>(options.model_dir, config, checkpoint, vo);
+      vision = std::make_unique<VisionEncoder>(options.model_dir, config, checkpoint, cache_options(options, dtype));
     }
     return *vision;
   }
@@ -152,11 +187,14 @@ Answer Session::ask(const std::vector<Message>& turn, const SamplingOptions& sam
   const auto t_image = Clock::now();
   std::vector<PatchifiedImage> images;
   std::vector<std::pair<int64_t, int64_t>> sizes;
+  std::vector<ImageGrid> planned;
   ImageLimits limits;
   limits.max_pixels = impl_->options.max_image_pixels;
   for (const std::string& path : image_paths(turn)) {
     RgbImage rgb = decode_image_file(path, limits);
     sizes.emplace_back(rgb.width, rgb.height);
+    planned.push_back(image_grid_for(rgb.height, rgb.width, impl_->preprocessor));
+    impl_->budget.check_images(planned);  // before the pixels are resized and cut into patches
     images.push_back(preprocess_image(rgb, impl_->preprocessor));
   }
   const double image_s = seconds_since(t_image);
@@ -178,6 +216,7 @@ Answer Session::ask(const std::vector<Message>& turn, const std::vector<Patchifi
     throw Error("the turn has " + std::to_string(image_parts) + " image parts but " + std::to_string(images.size()) +
                 " preprocessed images were given");
   for (const auto& img : images) answer.grids.push_back(img.grid);
+  s.budget.check_images(answer.grids);
 
   // 2. Prompt text for this turn, continuing the conversation if there is one.
   if (s.decoder.cached() > 0 && !turn.empty() && turn[0].role == "system")

@@ -23,11 +23,14 @@ struct SessionOptions {
   std::string dtype = "bf16";  // bf16 | f32
   bool lazy = true;            // lazy: weights are touched when a layer first runs
   int64_t max_context = 4096;
+  int64_t max_memory_mb = 0;   // refuse what would not fit; 0: MemAvailable at start
   int threads = 0;             // 0: leave libtorch's default (all cores)
   int64_t min_pixels = 0;      // 0: preprocessor_config.json
   int64_t max_pixels = 0;
   int64_t max_image_pixels = 50'000'000;  // refuse larger decoded images
-  std::string cache_dir;       // TorchScript module cache; "" = default
+  std::string quant = "none";  // none | int8 (decoder projections as int8, made once and cached)
+  std::string cache_dir;       // TorchScript module and int8 weight cache; "" = $QVL_CACHE_DIR, else default
+  std::function<void(const std::string&)> on_note;  // one-line notes about one-time work (building caches)
   bool build_vision_if_missing = true;
   bool keep_first_logits = false;  // copy the logits of the first generated token into Answer (debugging, dtype comparisons)
 };

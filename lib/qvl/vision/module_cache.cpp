@@ -1,5 +1,6 @@
 #include "qvl/vision/module_cache.h"
 
+#include <caffe2/serialize/inline_container.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/core.h>
@@ -15,7 +16,9 @@
 #include <vector>
 
 #include "qvl/error.h"
+#include "qvl/io/mapped_file.h"
 #include "qvl/io/safetensors.h"
+#include "qvl/io/sha256.h"
 #include "qvl/vision/export_script.h"
 
 extern char** environ;
@@ -107,6 +110,21 @@ int run_capturing_output(const std::vector<std::string>& argv, std::string* outp
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+// A module is a zip archive whose directory sits at its end: a truncated or
+// overwritten file fails to open here, cheaply, without reading the weights.
+bool module_archive_is_whole(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return false;
+  try {
+    caffe2::serialize::PyTorchStreamReader archive(path);
+    for (const std::string& record : archive.getAllRecords())
+      if (archive.getRecordOffset(record) > size_t(st.st_size)) return false;
+    return true;
+  } catch (const c10::Error&) {
+    return false;
+  }
+}
+
 // Only modules of the same weights go: a shared cache folder may hold other models' modules.
 void remove_stale_modules(const std::string& dir, const std::string& fingerprint, const std::string& keep,
                           at::ScalarType dtype) {
@@ -148,10 +166,15 @@ std::string vision_cache_dir(const std::string& model_dir, const std::string& fi
   return per_model;
 }
 
-std::string vision_module_path(const std::string& cache_dir, const std::string& fingerprint,
-                               at::ScalarType dtype) {
-  return fmt::format("{}/vision-{}-{}-{}.pt", cache_dir, fingerprint, export_script_version(),
-                     vision_dtype_tag(dtype));
+std::string vision_module_key(const std::string& model_dir, const Checkpoint& ckpt) {
+  // config.json fixes what the weights' shapes do not: the number of heads,
+  // which blocks feed the deepstack, the activation.
+  const std::string config = sha256_hex(read_text_file(model_dir + "/config.json"));
+  return ckpt.fingerprint() + "-" + config.substr(0, 8);
+}
+
+std::string vision_module_path(const std::string& cache_dir, const std::string& key, at::ScalarType dtype) {
+  return fmt::format("{}/vision-{}-{}-{}.pt", cache_dir, key, export_script_version(), vision_dtype_tag(dtype));
 }
 
 void build_vision_module(const std::string& model_dir, at::ScalarType dtype, const std::string& out_path) {
@@ -188,11 +211,13 @@ std::string ensure_vision_module(const std::string& model_dir, const Checkpoint&
                                  bool force) {
   const std::string fingerprint = ckpt.fingerprint();
   const std::string dir = vision_cache_dir(model_dir, fingerprint, opts);
-  const std::string path = vision_module_path(dir, fingerprint, opts.dtype);
-  if (file_exists(path) && !force) return path;
+  const std::string path = vision_module_path(dir, vision_module_key(model_dir, ckpt), opts.dtype);
+  const bool present = file_exists(path);
+  // A damaged module (a full disk, a killed copy) is rebuilt like a missing one.
+  if (present && !force && module_archive_is_whole(path)) return path;
   if (!opts.build_if_missing && !force)
-    throw Error(fmt::format("vision module {} is missing; build it with `qvl export --model {} --dtype {}`", path,
-                            model_dir, vision_dtype_tag(opts.dtype)));
+    throw Error(fmt::format("vision module {} is {}; build it with `qvl export --model {} --dtype {}`", path,
+                            present ? "damaged" : "missing", model_dir, vision_dtype_tag(opts.dtype)));
   build_vision_module(model_dir, opts.dtype, path);
   remove_stale_modules(dir, fingerprint, path, opts.dtype);
   return path;

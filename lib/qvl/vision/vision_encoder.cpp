@@ -11,6 +11,7 @@
 #include "qvl/error.h"
 #include "qvl/io/safetensors.h"
 #include "qvl/vision/positions.h"
+#include "qvl/vision/vision_blocks.h"
 
 namespace qvl {
 namespace {
@@ -49,6 +50,21 @@ struct VisionEncoder::Impl {
   at::ScalarType dtype;
   std::string path;
   torch::jit::Module module;
+  std::unique_ptr<VisionBlocks> blocks;  // null: the module's forward runs the blocks
+
+  // The module's forward with the blocks swapped for the native ones; the
+  // patch embedding and the mergers stay TorchScript.
+  c10::IValue forward_native(const at::Tensor& pixel_values, const VisionPositions& pos) {
+    at::Tensor x = module.get_method("block_input")({pixel_values, pos.pos_index, pos.pos_weight}).toTensor();
+    std::vector<at::Tensor> taps;
+    x = blocks->run(x, pos, &taps);
+    torch::jit::Module deepstack_mergers = module.attr("deepstack_merger_list").toModule();
+    std::vector<at::Tensor> deepstack;
+    for (size_t i = 0; i < taps.size(); ++i)
+      deepstack.push_back(deepstack_mergers.attr(std::to_string(i)).toModule().forward({taps[i]}).toTensor());
+    at::Tensor merged = module.attr("merger").toModule().forward({x}).toTensor();
+    return c10::ivalue::Tuple::create({merged, c10::IValue(deepstack)});
+  }
 
   VisionPositions positions_for(const at::Tensor& pixel_values, const std::vector<ImageGrid>& grids) const {
     const int64_t row = cfg.in_channels * cfg.temporal_patch_size * cfg.patch_size * cfg.patch_size;
@@ -77,6 +93,11 @@ VisionEncoder::VisionEncoder(const std::string& model_dir, const ModelConfig& cf
                             e.what_without_backtrace()));
   }
   impl_->module.eval();
+  if (opts.native_blocks) {
+    std::map<std::string, at::Tensor> params;
+    for (const auto& p : impl_->module.named_parameters()) params[p.name] = p.value;
+    impl_->blocks = std::make_unique<VisionBlocks>(impl_->cfg, params);
+  }
 }
 
 VisionEncoder::~VisionEncoder() = default;
@@ -89,6 +110,7 @@ VisionFeatures VisionEncoder::encode(const at::Tensor& pixel_values, const std::
   // No-grad rather than inference mode: callers may still update the features in place.
   at::NoGradGuard no_autograd;
   auto result = run_module(impl_->path, [&] {
+    if (impl_->blocks) return impl_->forward_native(pixel_values.contiguous(), pos);
     return impl_->module.forward({pixel_values.contiguous(), pos.pos_index, pos.pos_weight, pos.rope_cos,
                                   pos.rope_sin, c10::List<int64_t>(pos.seq_lens)});
   });

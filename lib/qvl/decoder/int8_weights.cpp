@@ -1,0 +1,131 @@
+#include "qvl/decoder/int8_weights.h"
+
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "qvl/decoder/torch_view.h"
+#include "qvl/error.h"
+
+namespace qvl {
+namespace {
+
+// Bump whenever what is quantized, or how, changes: old files then stop matching.
+constexpr int kFormatVersion = 1;
+
+bool file_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string cache_tag(const std::string& fingerprint, int64_t group_size) {
+  return fmt::format("qvl decoder int8 v{}; group {}; weights {}", kFormatVersion, group_size, fingerprint);
+}
+
+// Why a readable cache does not fit the sources, or "" when it does.
+std::string mismatch(const kernels::Int8Cache& cache, const std::string& tag, const std::vector<Int8Source>& sources,
+                     int64_t group_size) {
+  if (cache.tag() != tag) return fmt::format("it was made for '{}'", cache.tag());
+  if (cache.matrices().size() != sources.size())
+    return fmt::format("it holds {} matrices, not {}", cache.matrices().size(), sources.size());
+  for (const Int8Source& s : sources) {
+    const kernels::Int8Matrix* m = cache.find(s.name);
+    if (!m) return fmt::format("it has no matrix '{}'", s.name);
+    if (m->rows != s.view->shape[0] || m->cols != s.view->shape[1] || m->group_size != group_size)
+      return fmt::format("its matrix '{}' is {}x{} in groups of {}, not {}x{} in groups of {}", s.name, m->rows,
+                         m->cols, m->group_size, s.view->shape[0], s.view->shape[1], group_size);
+  }
+  return "";
+}
+
+// Drops the tensor's pages from this process's resident set (they stay in the
+// page cache): quantizing reads all weights, and RSS should not keep them.
+void release_pages(const TensorView& v) {
+  const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(v.data) & ~(page - 1);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(v.data) + v.nbytes;
+  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advisory: failure only costs memory
+}
+
+kernels::QuantizedMatrix quantize(const TensorView& view, int64_t group_size) {
+  at::Tensor w = tensor_view(view);
+  if (w.scalar_type() != at::kBFloat16) w = w.to(at::kBFloat16).contiguous();
+  const kernels::Bf16Matrix bf16{static_cast<const uint16_t*>(w.data_ptr()), view.shape[0], view.shape[1]};
+  return kernels::quantize_int8(bf16, group_size);
+}
+
+size_t build_cache(const std::string& path, const std::string& tag, const std::vector<Int8Source>& sources,
+                   int64_t group_size) {
+  std::vector<kernels::QuantizedMatrix> quantized;
+  quantized.reserve(sources.size());
+  std::vector<std::pair<std::string, kernels::Int8Matrix>> entries;
+  size_t bytes = 0;
+  for (const Int8Source& s : sources) {
+    quantized.push_back(quantize(*s.view, group_size));
+    entries.emplace_back(s.name, quantized.back().view());
+    bytes += quantized.back().view().weight_bytes() + quantized.back().view().scale_bytes();
+    release_pages(*s.view);
+  }
+  // write_int8_cache goes through "<name>.tmp"; a name of this process's own
+  // keeps two processes building at once from writing the same file.
+  const std::string own = fmt::format("{}.{}", path, ::getpid());
+  try {
+    kernels::write_int8_cache(own, tag, entries);
+  } catch (...) {
+    std::remove((own + ".tmp").c_str());
+    throw;
+  }
+  if (std::rename(own.c_str(), path.c_str()) != 0) {
+    std::remove(own.c_str());
+    throw Error(fmt::format("cannot move the int8 cache {} into place as {}", own, path));
+  }
+  return bytes;
+}
+
+}  // namespace
+
+std::string int8_cache_path(const std::string& dir, const std::string& fingerprint, int64_t group_size) {
+  return fmt::format("{}/decoder-int8-{}-v{}-g{}.bin", dir, fingerprint, kFormatVersion, group_size);
+}
+
+std::unique_ptr<kernels::Int8Cache> load_int8_cache(const Checkpoint& ckpt, const std::vector<Int8Source>& sources,
+                                                    const std::string& dir, int64_t group_size,
+                                                    const NoteCallback& on_note) {
+  if (dir.empty()) throw Error("int8 weights need a cache folder, and none was given");
+  const std::string fingerprint = ckpt.fingerprint();
+  const std::string path = int8_cache_path(dir, fingerprint, group_size);
+  const std::string tag = cache_tag(fingerprint, group_size);
+
+  std::string problem;
+  if (file_exists(path)) {
+    try {
+      auto cache = std::make_unique<kernels::Int8Cache>(path);
+      problem = mismatch(*cache, tag, sources, group_size);
+      if (problem.empty()) return cache;
+    } catch (const Error& e) {
+      problem = e.what();
+    }
+  }
+  if (on_note) {
+    on_note(problem.empty()
+                ? fmt::format("quantizing the decoder weights to int8 (once; cached in {})", path)
+                : fmt::format("rebuilding the int8 weight cache {}: {}", path, problem));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const size_t bytes = build_cache(path, tag, sources, group_size);
+  auto cache = std::make_unique<kernels::Int8Cache>(path);
+  problem = mismatch(*cache, tag, sources, group_size);
+  if (!problem.empty()) throw Error(fmt::format("{}: the int8 cache just written is unusable: {}", path, problem));
+  if (on_note) {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    on_note(fmt::format("int8 weights ready: {} matrices, {:.0f} MB, in {:.1f} s", sources.size(), bytes / 1e6,
+                        seconds));
+  }
+  return cache;
+}
+
+}  // namespace qvl

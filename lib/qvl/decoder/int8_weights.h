@@ -1,0 +1,35 @@
+// The decoder's projection matrices as int8 weights, quantized once per
+// checkpoint and group size into a cache file that later runs mmap: building
+// reads every weight once (seconds); opening reads only the file's header, so
+// a layer's int8 pages are touched when it first runs.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "qvl/decoder/options.h"
+#include "qvl/io/safetensors.h"
+#include "qvl/kernels/int8_cache.h"
+
+namespace qvl {
+
+// A matrix to quantize: its name in the cache and its checkpoint tensor [rows, cols].
+struct Int8Source {
+  std::string name;
+  const TensorView* view = nullptr;
+};
+
+// <dir>/decoder-int8-<fingerprint>-v<format>-g<group>.bin: other weights,
+// group sizes or format versions never share a file.
+std::string int8_cache_path(const std::string& dir, const std::string& fingerprint, int64_t group_size);
+
+// The mapped cache holding exactly `sources` quantized with group_size. It is
+// (re)built first, written atomically, when missing, unreadable (truncated,
+// corrupt header) or stale (another tag, other matrices or shapes); on_note
+// then hears what is happening and how long it took.
+std::unique_ptr<kernels::Int8Cache> load_int8_cache(const Checkpoint& ckpt, const std::vector<Int8Source>& sources,
+                                                    const std::string& dir, int64_t group_size,
+                                                    const NoteCallback& on_note);
+
+}  // namespace qvl

@@ -1,0 +1,37 @@
+// How the text decoder runs: compute dtype, when weights are loaded, how long
+// the context may grow, and whether the projection weights are quantized.
+#pragma once
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace qvl {
+
+enum class WeightQuant {
+  None,  // projections use the checkpoint's weights (in place when dtypes agree)
+  Int8,  // projections use int8 weights with one scale per group, cached on disk
+};
+
+// Weights sharing one int8 scale. 128 keeps a 2048-wide GEMV within ~1% of
+// bf16 (see the kernel tests' error table) at 3% extra bytes for the scales.
+constexpr int64_t kDefaultInt8GroupSize = 128;
+
+// Receives one-line notes about slow one-time work (building the int8 cache),
+// for a front end to show; the library itself never prints.
+using NoteCallback = std::function<void(const std::string& note)>;
+
+struct DecoderOptions {
+  at::ScalarType dtype = at::kBFloat16;  // compute dtype: kBFloat16 or kFloat
+  bool lazy = true;                      // false: load (and pre-fault) every weight in the constructor
+  int64_t max_context = 4096;            // tokens the KV cache holds
+  WeightQuant quant = WeightQuant::None;
+  // Int8 only: the folder of the quantized-weights cache (required), and the
+  // number of weights along a row that share one scale (a multiple of 64).
+  std::string quant_cache_dir;
+  int64_t int8_group_size = kDefaultInt8GroupSize;
+  NoteCallback on_note;
+};
+
+}  // namespace qvl

@@ -1,0 +1,45 @@
+// The element-wise and row-wise work of a vision block, fused where the
+// reference does several passes: residual add + LayerNorm, tanh-GELU, softmax
+// and the rotary/head split of the qkv projection. Debian's ATen runs these
+// with AVX2 kernels in several passes each; at the 2B tower's sizes they cost
+// more than the matmuls around them.
+//
+// Activations are float32 or bfloat16 (raw bits); the arithmetic is always
+// float32 and each result is rounded once to the storage type, as ATen does
+// for bf16 tensors. Rows are split across ATen's thread pool; inside an
+// at::parallel_for region a call runs on the calling thread.
+#pragma once
+#include <cstdint>
+
+namespace qvl::kernels {
+
+enum class Storage { F32, BF16 };
+
+// Which code does the arithmetic.
+enum class VecPath {
+  Best,    // Avx512 when the CPU has AVX-512 F+BW+BF16, else Scalar
+  Scalar,  // portable C++ (std::exp, std::tanh)
+  Avx512,  // intrinsics with a polynomial exp
+};
+bool vec_path_supported(VecPath path);
+
+// x and y are rows × cols. When `add` is given, x += add first (x is updated
+// and rounded to its storage, like the reference's residual add), then
+// y = (x - mean) / sqrt(var + eps) · gamma + beta per row.
+void add_layer_norm(Storage s, void* x, const void* add, void* y, const float* gamma, const float* beta,
+                    int64_t rows, int64_t cols, float eps, VecPath path = VecPath::Best);
+
+// x = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) in place, on n values.
+void gelu_tanh(Storage s, void* x, int64_t n, VecPath path = VecPath::Best);
+
+// Each row of x becomes softmax(scale · row), in place.
+void softmax_rows(Storage s, void* x, int64_t rows, int64_t cols, float scale, VecPath path = VecPath::Best);
+
+// The qkv projection [tokens, 3, heads, head_dim] split into q, k and v laid
+// out [heads, tokens, head_dim]; q and k get the 2-D rotary (computed in
+// float32, as the reference does): x·cos + rotate_half(x)·sin, where
+// rotate_half(x) = (-x[half:], x[:half]). cos/sin are [tokens, head_dim] float32.
+void split_qkv_rotary(Storage s, const void* qkv, const float* cos, const float* sin, int64_t tokens,
+                      int64_t heads, int64_t head_dim, void* q, void* k, void* v, VecPath path = VecPath::Best);
+
+}  // namespace qvl::kernels

@@ -1,0 +1,141 @@
+#include "qvl/vision/vision_blocks.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "qvl/error.h"
+#include "qvl/kernels/vision_ops.h"
+#include "qvl/vision/positions.h"
+
+namespace qvl {
+namespace {
+
+// The reference's vision LayerNorms.
+constexpr float kLayerNormEps = 1e-6f;
+
+kernels::Storage storage_of(const at::Tensor& t) {
+  if (t.scalar_type() == at::kBFloat16) return kernels::Storage::BF16;
+  if (t.scalar_type() == at::kFloat) return kernels::Storage::F32;
+  throw Error(fmt::format("vision blocks: activations are {}, expected bf16 or float32",
+                          c10::toString(t.scalar_type())));
+}
+
+const at::Tensor& param(const std::map<std::string, at::Tensor>& params, const std::string& name,
+                        std::vector<int64_t> shape) {
+  auto it = params.find(name);
+  if (it == params.end()) throw Error(fmt::format("vision module has no parameter {}", name));
+  if (it->second.sizes().vec() != shape)
+    throw Error(fmt::format("vision module parameter {} is {}, expected {}", name,
+                            fmt::join(it->second.sizes().vec(), "x"), fmt::join(shape, "x")));
+  return it->second;
+}
+
+// LayerNorm weights are used as float32 by the kernels whatever the dtype.
+std::vector<float> as_floats(const at::Tensor& t) {
+  at::Tensor f = t.to(at::kFloat).contiguous();
+  return std::vector<float>(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
+}
+
+}  // namespace
+
+VisionBlocks::VisionBlocks(const VisionConfig& cfg, const std::map<std::string, at::Tensor>& params) : cfg_(cfg) {
+  if (cfg.hidden_act != "gelu_pytorch_tanh")
+    throw Error(fmt::format("config.json: vision hidden_act '{}' is not supported (gelu_pytorch_tanh)",
+                            cfg.hidden_act));
+  if (cfg.num_heads <= 0 || cfg.hidden_size % cfg.num_heads != 0)
+    throw Error(fmt::format("config.json: vision hidden_size {} does not split into {} heads", cfg.hidden_size,
+                            cfg.num_heads));
+  const int64_t hidden = cfg.hidden_size, inner = cfg.intermediate_size;
+  for (int64_t i = 0; i < cfg.depth; ++i) {
+    const std::string p = fmt::format("blocks.{}.", i);
+    Block b;
+    b.qkv_weight = param(params, p + "attn.qkv.weight", {3 * hidden, hidden});
+    b.qkv_bias = param(params, p + "attn.qkv.bias", {3 * hidden});
+    b.proj_weight = param(params, p + "attn.proj.weight", {hidden, hidden});
+    b.proj_bias = param(params, p + "attn.proj.bias", {hidden});
+    b.fc1_weight = param(params, p + "mlp.linear_fc1.weight", {inner, hidden});
+    b.fc1_bias = param(params, p + "mlp.linear_fc1.bias", {inner});
+    b.fc2_weight = param(params, p + "mlp.linear_fc2.weight", {hidden, inner});
+    b.fc2_bias = param(params, p + "mlp.linear_fc2.bias", {hidden});
+    b.norm1_weight = as_floats(param(params, p + "norm1.weight", {hidden}));
+    b.norm1_bias = as_floats(param(params, p + "norm1.bias", {hidden}));
+    b.norm2_weight = as_floats(param(params, p + "norm2.weight", {hidden}));
+    b.norm2_bias = as_floats(param(params, p + "norm2.bias", {hidden}));
+    blocks_.push_back(std::move(b));
+  }
+}
+
+at::Tensor VisionBlocks::attention(const at::Tensor& qkv, const VisionPositions& pos) const {
+  const int64_t n = qkv.size(0), heads = cfg_.num_heads, head_dim = cfg_.hidden_size / heads;
+  const kernels::Storage s = storage_of(qkv);
+  at::Tensor q = at::empty({heads, n, head_dim}, qkv.options());
+  at::Tensor k = at::empty_like(q), v = at::empty_like(q);
+  kernels::split_qkv_rotary(s, qkv.data_ptr(), pos.rope_cos.data_ptr<float>(), pos.rope_sin.data_ptr<float>(), n,
+                            heads, head_dim, q.data_ptr(), k.data_ptr(), v.data_ptr());
+
+  // One task per (image, head, block of queries); each thread runs whole
+  // tasks, so a task's scores stay in that core's cache.
+  struct Task {
+    int64_t start, length, head, query, queries;
+  };
+  std::vector<Task> tasks;
+  int64_t start = 0;
+  for (int64_t length : pos.seq_lens) {
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t q0 = 0; q0 < length; q0 += query_chunk)
+        tasks.push_back({start, length, h, q0, std::min(query_chunk, length - q0)});
+    start += length;
+  }
+  const float scale = 1.0f / std::sqrt(float(head_dim));
+  at::Tensor out = at::empty({n, heads, head_dim}, qkv.options());
+  at::parallel_for(0, int64_t(tasks.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const Task& t = tasks[size_t(i)];
+      at::Tensor keys = k[t.head].narrow(0, t.start, t.length);
+      at::Tensor values = v[t.head].narrow(0, t.start, t.length);
+      at::Tensor scores = at::mm(q[t.head].narrow(0, t.start + t.query, t.queries), keys.t());
+      kernels::softmax_rows(s, scores.data_ptr(), t.queries, t.length, scale);
+      at::Tensor rows = out.select(1, t.head).narrow(0, t.start + t.query, t.queries);
+      at::mm_out(rows, scores, values);
+    }
+  });
+  return out.view({n, heads * head_dim});
+}
+
+at::Tensor VisionBlocks::run(at::Tensor x, const VisionPositions& pos, std::vector<at::Tensor>* taps) const {
+  if (x.dim() != 2 || x.size(1) != cfg_.hidden_size)
+    throw Error(fmt::format("vision blocks: input is {}, expected [N, {}]", fmt::join(x.sizes().vec(), "x"),
+                            cfg_.hidden_size));
+  x = x.contiguous().clone();  // updated in place below
+  const kernels::Storage s = storage_of(x);
+  const int64_t n = x.size(0);
+  at::Tensor normed = at::empty_like(x);
+  at::Tensor pending;  // the last MLP output, added to x by the next LayerNorm
+  const auto& taps_at = cfg_.deepstack_visual_indexes;
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const Block& b = blocks_[i];
+    kernels::add_layer_norm(s, x.data_ptr(), pending.defined() ? pending.data_ptr() : nullptr, normed.data_ptr(),
+                            b.norm1_weight.data(), b.norm1_bias.data(), n, cfg_.hidden_size, kLayerNormEps);
+    at::Tensor attended = attention(at::linear(normed, b.qkv_weight, b.qkv_bias), pos);
+    at::Tensor projected = at::linear(attended, b.proj_weight, b.proj_bias);
+    kernels::add_layer_norm(s, x.data_ptr(), projected.data_ptr(), normed.data_ptr(), b.norm2_weight.data(),
+                            b.norm2_bias.data(), n, cfg_.hidden_size, kLayerNormEps);
+    at::Tensor inner = at::linear(normed, b.fc1_weight, b.fc1_bias);
+    kernels::gelu_tanh(s, inner.data_ptr(), inner.numel());
+    pending = at::linear(inner, b.fc2_weight, b.fc2_bias);
+    const bool tapped = std::find(taps_at.begin(), taps_at.end(), int64_t(i)) != taps_at.end();
+    if (tapped || i + 1 == blocks_.size()) {
+      x.add_(pending);
+      pending = at::Tensor();
+      if (tapped) taps->push_back(x.clone());
+    }
+  }
+  return x;
+}
+
+}  // namespace qvl

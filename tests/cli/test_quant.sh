@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# qvl ask --quant int8, end to end on the tiny model: the first greedy token of
+# every golden model case equals the reference's (and the bf16 run's); the int8
+# weight cache is made once in the cache folder, reused by later runs, and
+# rebuilt when damaged; a bad --quant value is a usage error.
+set -uo pipefail
+QVL="$1"
+DATA="$2"
+MODEL="$DATA/tiny-qwen3-vl"
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fail=0
+check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi; }
+
+# A cache folder of our own. Vision modules already built for the other tests
+# are copied in so that no Python export runs here; the int8 cache is ours.
+SHARED_CACHE="${QVL_TEST_CACHE:-$(dirname "$QVL")/../test-cache}"
+export QVL_CACHE_DIR="$TMP/cache"
+mkdir -p "$QVL_CACHE_DIR"
+cp "$SHARED_CACHE"/vision-* "$QVL_CACHE_DIR"/ 2>/dev/null || true
+cp "$DATA"/images/* "$TMP"/
+
+python3 - "$DATA/goldens.json" "$TMP" <<'PY'
+import json, sys
+g = json.load(open(sys.argv[1]))
+for case in g["model_cases"]:
+    json.dump(g["chat_template"]["messages"][case], open(f"{sys.argv[2]}/{case}.json", "w"))
+    json.dump(g["model_cases"][case]["greedy_16"], open(f"{sys.argv[2]}/{case}.expected", "w"))
+PY
+
+int8_cache() { ls "$QVL_CACHE_DIR"/decoder-int8-*.bin 2>/dev/null; }
+mtime() { stat -c %Y.%y "$1"; }
+
+first=1
+for case in text_only one_image system_image multi_turn; do
+  for quant in int8 none; do
+    "$QVL" ask --model "$MODEL" --messages "$TMP/$case.json" --greedy -n 16 --quant "$quant" --json \
+      > "$TMP/$case.$quant.out" 2> "$TMP/$case.$quant.err"
+    rc=$?
+    check "$case --quant $quant exits 0" "[ $rc -eq 0 ] || { cat '$TMP/$case.$quant.err'; false; }"
+  done
+  python3 - "$TMP/$case.int8.out" "$TMP/$case.none.out" "$TMP/$case.expected" <<'PY' || fail=1
+import json, sys
+int8, bf16, expected = (json.load(open(p)) for p in sys.argv[1:4])
+name = sys.argv[1].rsplit('/', 1)[1]
+assert int8["tokens"][:1] == expected[:1], f"{name}: int8 first token {int8['tokens'][:1]} != reference {expected[:1]}"
+assert int8["tokens"][:1] == bf16["tokens"][:1], f"{name}: int8 first token differs from bf16's"
+same = next((i for i, (a, b) in enumerate(zip(int8["tokens"], expected)) if a != b), min(len(int8["tokens"]), len(expected)))
+print(f"ok: {name}: int8 first token equals the reference's and bf16's ({same}/{len(expected)} greedy tokens agree)")
+PY
+  if [ $first -eq 1 ]; then
+    check "the first int8 run says it builds the cache" "grep -q 'quantizing the decoder weights to int8' '$TMP/$case.int8.err'"
+    check "the int8 cache is in the cache folder" "[ -n \"\$(int8_cache)\" ]"
+    BUILT=$(mtime "$(int8_cache)")
+  else
+    check "$case: a later int8 run reuses the cache silently" "[ ! -s '$TMP/$case.int8.err' ]"
+  fi
+  first=0
+done
+check "the int8 cache was written once" "[ \"\$(mtime \"\$(int8_cache)\")\" = '$BUILT' ]"
+check "no temporaries are left in the cache folder" \
+  "[ \$(ls '$QVL_CACHE_DIR' | grep -vc '^vision-') -eq 1 ]"
+
+# A damaged cache is rebuilt (and said so), and answers the same.
+CACHE=$(int8_cache)
+head -c 1000 "$CACHE" > "$TMP/truncated" && cat "$TMP/truncated" > "$CACHE"
+"$QVL" ask --model "$MODEL" --messages "$TMP/one_image.json" --greedy -n 16 --quant int8 --json \
+  > "$TMP/rebuilt.out" 2> "$TMP/rebuilt.err"
+check "a truncated cache is rebuilt with a note" "grep -q 'rebuilding the int8 weight cache' '$TMP/rebuilt.err'"
+check "the rebuilt cache answers as before" \
+  "python3 -c 'import json,sys; a=json.load(open(\"$TMP/rebuilt.out\")); b=json.load(open(\"$TMP/one_image.int8.out\")); sys.exit(0 if a[\"tokens\"]==b[\"tokens\"] else 1)'"
+check "the rebuilt cache is whole again" "[ \$(stat -c %s '$CACHE') -gt 1000 ]"
+
+# --quiet keeps the build notes off stderr.
+rm -f "$CACHE"
+"$QVL" ask --model "$MODEL" --greedy -n 2 --quant int8 -q "Hello" > /dev/null 2> "$TMP/quiet.err"
+check "--quiet: no notes while building" "[ ! -s '$TMP/quiet.err' ]"
+check "--quiet: the cache is built all the same" "[ -f '$CACHE' ]"
+
+# An unknown quantization is a usage error (exit 2) naming the choices.
+"$QVL" ask --model "$MODEL" --quant int4 "Hello" > /dev/null 2> "$TMP/bad.err"
+rc=$?
+check "--quant int4 exits 2" "[ $rc -eq 2 ]"
+check "--quant int4 names the accepted values" "grep -q 'int8' '$TMP/bad.err'"
+
+exit $fail

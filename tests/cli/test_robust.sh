@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Robustness from the outside, on copies of the tiny model: a checkpoint that
+# does not match its config fails in one line naming the tensor or file before
+# anything runs; a stale or damaged TorchScript vision module is rebuilt, not
+# used; --max-memory refuses what would not fit; unusual images work end to end.
+source "$(dirname "$0")/common.sh" "$@"
+
+# Our own module cache: these checks count and damage the files in it.
+export QVL_CACHE_DIR="$TMP/cache"
+IMG="$DATA/images/small.png"
+
+# expect_one_line_error NAME PATTERN COMMAND...: exit 1, one line on stderr matching PATTERN, nothing on stdout.
+expect_one_line_error() {
+  local name="$1" pattern="$2"
+  shift 2
+  "$@" > "$TMP/err.out" 2> "$TMP/err.err"
+  local rc=$?
+  check "$name: exit 1" "[ $rc -eq 1 ] || { echo \"  exit status $rc\"; cat '$TMP/err.err'; false; }"
+  check "$name: one line on stderr" "[ \$(wc -l < '$TMP/err.err') -eq 1 ] || { cat '$TMP/err.err'; false; }"
+  check "$name: says '$pattern'" "grep -qF -- \"$pattern\" '$TMP/err.err' || { cat '$TMP/err.err'; false; }"
+  check "$name: nothing on stdout" "[ ! -s '$TMP/err.out' ]"
+}
+
+copy_model() { mkdir -p "$1" && cp "$MODEL"/* "$1"/; }
+
+# ---------------------------------------------------------------- checkpoint checks at start
+# A tensor renamed in the shard's header and in the index (as a model of
+# another family, or a renamed export, would have it).
+copy_model "$TMP/renamed"
+python3 - "$TMP/renamed" <<'PY'
+import json, struct, sys
+d = sys.argv[1]
+old = "model.visual.blocks.2.attn.qkv.weight"
+new = "model.visual.blocks.2.attn.qkv_renamed.weight"
+index = json.load(open(f"{d}/model.safetensors.index.json"))
+shard = f"{d}/{index['weight_map'][old]}"
+blob = open(shard, "rb").read()
+n = struct.unpack("<Q", blob[:8])[0]
+header = json.loads(blob[8:8 + n])
+header[new] = header.pop(old)
+text = json.dumps(header).encode()
+text += b" " * (-len(text) % 8)
+open(shard, "wb").write(struct.pack("<Q", len(text)) + text + blob[8 + n:])
+index["weight_map"][new] = index["weight_map"].pop(old)
+json.dump(index, open(f"{d}/model.safetensors.index.json", "w"))
+PY
+expect_one_line_error "renamed tensor" "model.visual.blocks.2.attn.qkv.weight" \
+  "$QVL" ask --model "$TMP/renamed" "hi"
+
+# config.json describing another width than the weights have.
+copy_model "$TMP/wider"
+python3 - "$TMP/wider/config.json" <<'PY'
+import json, sys
+cfg = json.load(open(sys.argv[1]))
+cfg["text_config"]["hidden_size"] = 48
+cfg["vision_config"]["out_hidden_size"] = 48  # the config itself stays consistent
+json.dump(cfg, open(sys.argv[1], "w"))
+PY
+expect_one_line_error "config hidden_size 48 for 32-wide weights" \
+  "'model.language_model.embed_tokens.weight' has shape [151936,32], config implies [151936,48]" \
+  "$QVL" ask --model "$TMP/wider" "hi"
+
+# A shard cut short, as an interrupted download leaves it.
+copy_model "$TMP/truncated"
+truncate -s 1000000 "$TMP/truncated/model-00002-of-00002.safetensors"
+expect_one_line_error "truncated shard" "model-00002-of-00002.safetensors" \
+  "$QVL" ask --model "$TMP/truncated" "hi"
+
+check "no vision module was built for the broken models" "[ -z \"\$(ls '$QVL_CACHE_DIR'/*.pt 2>/dev/null)\" ]"
+
+# ---------------------------------------------------------------- stale and damaged vision modules
+copy_model "$TMP/model"
+ask_image() { "$QVL" ask --model "$TMP/model" --image "$IMG" --greedy -n 6 --dtype f32 --json "What is it?" 2>> "$TMP/modules.err"; }
+tokens() { python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])'; }
+modules() { ls "$QVL_CACHE_DIR"/vision-*.pt 2>/dev/null; }
+
+first=$(ask_image | tokens)
+check "an image question builds one module" "[ \$(modules | wc -l) -eq 1 ] || { cat '$TMP/modules.err'; false; }"
+module=$(modules)
+size=$(stat -c %s "$module")
+
+truncate -s $((size / 2)) "$module"
+again=$(ask_image | tokens)
+check "a truncated module is rebuilt: the question still works" "[ -n '$again' ] && [ '$again' = '$first' ] || { cat '$TMP/modules.err'; false; }"
+check "... the module is whole again" "[ \$(stat -c %s '$module') -eq $size ]"
+
+printf 'PK\003\004 not really a zip' > "$module"
+again=$(ask_image | tokens)
+check "a module overwritten with junk is rebuilt too" "[ '$again' = '$first' ] && [ \$(stat -c %s '$module') -eq $size ]"
+
+# Same weights, another config.json: the vision tower's head count is not in
+# any tensor shape, so only the config's bytes can tell the module is stale.
+python3 - "$TMP/model/config.json" <<'PY'
+import json, sys
+cfg = json.load(open(sys.argv[1]))
+cfg["vision_config"]["num_heads"] = 2
+json.dump(cfg, open(sys.argv[1], "w"), indent=1)
+PY
+ask_image > /dev/null
+check "an edited config.json gets a new module" "[ \$(modules | wc -l) -eq 1 ] && [ \"\$(modules)\" != '$module' ]"
+check "... named by the same weights' fingerprint" \
+  "case \"\$(modules)\" in *\$(basename '$module' | cut -d- -f2)*) true;; *) false;; esac"
+
+# ---------------------------------------------------------------- --max-memory
+expect_one_line_error "--max-memory below the model's needs" "but --max-memory is 100 MB" \
+  "$QVL" ask --model "$MODEL" --max-memory 100 "hi"
+check "... and says what the memory is for" "grep -q 'needs about .* MB (bf16 weights .* + KV cache 16 MB + runtime' '$TMP/err.err'"
+expect_one_line_error "a long context's KV cache is named as the cause" "a smaller --max-context" \
+  "$QVL" ask --model "$MODEL" --max-memory 600 --max-context 200000 "hi"
+
+# The tiny model needs under 400 MB; a 4-megapixel image adds well over 100 MB.
+"$QVL" ask --model "$MODEL" --max-memory 500 -n 2 "hi" > /dev/null 2> "$TMP/mem.err"
+check "a text question fits in 500 MB" "[ $? -eq 0 ] || { cat '$TMP/mem.err'; false; }"
+export QVL_CACHE_DIR="$TMP/cache-unused"
+expect_one_line_error "a huge --max-pixels image over the limit" "lower --max-pixels" \
+  "$QVL" ask --model "$MODEL" --max-memory 500 --min-pixels 4000000 --max-pixels 4000000 --max-context 20000 \
+  --image "$DATA/images/big.jpg" "hi"
+check "... refused before the vision encoder was built or run" "[ -z \"\$(ls '$QVL_CACHE_DIR'/*.pt 2>/dev/null)\" ]"
+export QVL_CACHE_DIR="$TMP/cache"
+
+# ---------------------------------------------------------------- unusual images end to end
+for img in rgb16.png gray16.png rgba16.png cmyk.jpg exif6.jpg palette.png interlaced.png animated.png; do
+  "$QVL" ask --model "$MODEL" --image "$DATA/bad/$img" --greedy -n 4 --json "What is it?" \
+    > "$TMP/img.out" 2> "$TMP/img.err"
+  rc=$?
+  check "ask with $img works" "[ $rc -eq 0 ] && python3 -c 'import json,sys; json.load(open(sys.argv[1]))[\"tokens\"]' '$TMP/img.out' \
+    || { cat '$TMP/img.err'; false; }"
+done
+
+exit $fail

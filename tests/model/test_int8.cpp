@@ -1,0 +1,390 @@
+// Weight-only int8 decoding (--quant int8) on the tiny checkpoint: the same
+// answers as bf16, and the cache of quantized weights made once, reused, and
+// rebuilt when it cannot be trusted.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "qvl/decoder/decoder.h"
+#include "qvl/decoder/int8_weights.h"
+#include "qvl/decoder/torch_view.h"
+#include "qvl/error.h"
+#include "qvl/io/safetensors.h"
+#include "qvl/kernels/dequant.h"
+#include "qvl/kernels/int8_cache.h"
+#include "qvl/kernels/linear.h"
+#include "qvl/kernels/quant.h"
+#include "qvl/model/config.h"
+#include "test_support.h"
+
+// ATen brings glog, whose CHECK macros would silently replace doctest's.
+#undef CHECK
+#undef CHECK_EQ
+#undef CHECK_NE
+#undef CHECK_LT
+#undef CHECK_LE
+#undef CHECK_GT
+#undef CHECK_GE
+#include <doctest/doctest.h>
+
+using namespace qvl;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::vector<std::string> kCases = {"text_only", "one_image", "system_image", "multi_turn"};
+const std::vector<int64_t> kStopIds = {151645, 151643};
+
+const SafetensorsFile& goldens_file() {
+  static SafetensorsFile f(test::data_path("goldens_model.safetensors"));
+  return f;
+}
+bool has_golden(const std::string& name) { return goldens_file().find(name) != nullptr; }
+at::Tensor golden(const std::string& name) { return tensor_view(goldens_file().get(name)); }
+const nlohmann::json& model_case(const std::string& name) { return test::goldens()["model_cases"][name]; }
+
+const Checkpoint& tiny_checkpoint() {
+  static Checkpoint c(test::tiny_model_dir());
+  return c;
+}
+const TextConfig& tiny_config() {
+  static TextConfig c = load_model_config(test::tiny_model_dir()).text;
+  return c;
+}
+
+// A fresh folder under the system's temp dir, removed at the end of the test.
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& name) {
+    path = fs::temp_directory_path() / ("qvl_test_int8_" + name + "_" + std::to_string(::getpid()));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string str() const { return path.string(); }
+};
+
+// The reference's decoder inputs for one golden case.
+struct Prompt {
+  at::Tensor embeds, positions;
+  std::optional<DeepstackInput> deepstack;
+  const DeepstackInput* deepstack_ptr() const { return deepstack ? &*deepstack : nullptr; }
+};
+
+Prompt load_prompt(const std::string& name) {
+  Prompt p;
+  p.embeds = golden(name + ".inputs_embeds");
+  const int64_t L = p.embeds.size(0);
+  p.positions = has_golden(name + ".position_ids") ? golden(name + ".position_ids").reshape({3, L})
+                                                   : at::arange(L, at::kLong).expand({3, L}).contiguous();
+  if (has_golden(name + ".visual_pos_masks")) {
+    DeepstackInput ds;
+    ds.visual_mask = golden(name + ".visual_pos_masks").to(at::kBool);
+    for (int i = 0; has_golden(name + ".deepstack_visual_embeds." + std::to_string(i)); ++i)
+      ds.features.push_back(golden(name + ".deepstack_visual_embeds." + std::to_string(i)));
+    p.deepstack = ds;
+  }
+  return p;
+}
+
+struct Notes {
+  std::vector<std::string> lines;
+  NoteCallback callback() {
+    return [this](const std::string& note) { lines.push_back(note); };
+  }
+};
+
+Decoder make_decoder(WeightQuant quant, const std::string& cache_dir = "", Notes* notes = nullptr,
+                     bool lazy = true) {
+  DecoderOptions o;
+  o.dtype = at::kBFloat16;
+  o.lazy = lazy;
+  o.max_context = 256;
+  o.quant = quant;
+  o.quant_cache_dir = cache_dir;
+  if (notes) o.on_note = notes->callback();
+  return Decoder(tiny_checkpoint(), tiny_config(), o);
+}
+
+int64_t top1(const at::Tensor& logits) { return logits.argmax().item<int64_t>(); }
+double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(at::kFloat) - b.to(at::kFloat)).abs().max().item<double>();
+}
+
+// Greedy decoding as the reference ran it (positions continue past the prompt's largest).
+std::vector<int64_t> greedy(Decoder& dec, const Prompt& p, int max_new) {
+  dec.reset();
+  at::Tensor logits = dec.forward(p.embeds, p.positions, p.deepstack_ptr());
+  const int64_t next_position = p.positions.max().item<int64_t>() + 1;
+  std::vector<int64_t> out;
+  for (int step = 0; step < max_new; ++step) {
+    const int64_t token = top1(logits);
+    out.push_back(token);
+    if (std::find(kStopIds.begin(), kStopIds.end(), token) != kStopIds.end() || step + 1 == max_new) break;
+    logits = dec.forward(dec.embed({int32_t(token)}), at::full({3, 1}, next_position + step, at::kLong));
+  }
+  return out;
+}
+
+// How many tokens agree before the first difference.
+int leading_agreement(const std::vector<int64_t>& ours, const std::vector<int64_t>& reference) {
+  size_t n = 0;
+  while (n < ours.size() && n < reference.size() && ours[n] == reference[n]) ++n;
+  return int(n);
+}
+
+// Modification time in nanoseconds, to tell a rewritten file from an untouched one.
+int64_t mtime_ns(const std::string& path) {
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  return int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+std::string cache_path(const std::string& dir) {
+  return int8_cache_path(dir, tiny_checkpoint().fingerprint(), kDefaultInt8GroupSize);
+}
+
+bool mentions(const std::vector<std::string>& notes, const std::string& word) {
+  return std::any_of(notes.begin(), notes.end(), [&](const std::string& n) { return n.find(word) != std::string::npos; });
+}
+
+}  // namespace
+
+// How close int8 logits must be to bf16 ones. Group-128 int8 rounds each weight
+// by up to max|w| / 254 of its group, about 4x bf16's own rounding (2^-9
+// relative); bf16 rounding of the activations alone moved the reference's
+// logits by bf16_vs_fp32_last_maxabs (~0.02). An error 4x that, plus the
+// activation rounding int8 shares with bf16, stays under 5x.
+constexpr double kInt8ErrorFactor = 5.0;
+
+TEST_CASE("int8: same first token as bf16 on every golden case, logits within the int8 error bound") {
+  TempDir dir("tokens");
+  Decoder bf16 = make_decoder(WeightQuant::None);
+  Decoder int8 = make_decoder(WeightQuant::Int8, dir.str());
+  int agree = 0, agree_bf16 = 0, total = 0;
+  for (const std::string& name : kCases) {
+    CAPTURE(name);
+    const Prompt p = load_prompt(name);
+    bf16.reset();
+    int8.reset();
+    const at::Tensor a = bf16.forward(p.embeds, p.positions, p.deepstack_ptr());
+    const at::Tensor b = int8.forward(p.embeds, p.positions, p.deepstack_ptr());
+    const double reference_bf16_error = model_case(name)["bf16_vs_fp32_last_maxabs"].get<double>();
+    const double diff = max_abs_diff(a, b);
+    CHECK(top1(b) == top1(a));
+    CHECK(top1(b) == model_case(name)["greedy_16"][0].get<int64_t>());
+    CHECK(diff <= kInt8ErrorFactor * reference_bf16_error);
+
+    const std::vector<int64_t> expected = model_case(name)["greedy_16"].get<std::vector<int64_t>>();
+    const int same = leading_agreement(greedy(int8, p, 16), expected);
+    const int same_bf16 = leading_agreement(greedy(bf16, p, 16), expected);
+    agree += same;
+    agree_bf16 += same_bf16;
+    total += int(expected.size());
+    MESSAGE(name << ": |int8 - bf16| logits " << diff << " (reference bf16 error " << reference_bf16_error
+                 << "); greedy_16 tokens equal to the reference's before the first difference: int8 " << same
+                 << ", bf16 " << same_bf16 << " of " << expected.size());
+  }
+  MESSAGE("greedy_16 leading tokens equal to the reference's: int8 " << agree << ", bf16 " << agree_bf16 << " of "
+                                                                       << total);
+}
+
+TEST_CASE("int8: a decode step (GEMV) continues a prefill (dequantized matmul) like one long prefill") {
+  TempDir dir("steps");
+  Decoder dec = make_decoder(WeightQuant::Int8, dir.str());
+  for (const std::string& name : kCases) {
+    CAPTURE(name);
+    const Prompt p = load_prompt(name);
+    const int64_t L = p.embeds.size(0);
+    REQUIRE(L - 1 > kernels::kMaxBatch);  // so the head really takes the matmul path
+    dec.reset();
+    const at::Tensor whole = dec.forward(p.embeds, p.positions, p.deepstack_ptr());
+    dec.reset();
+    std::optional<DeepstackInput> head_ds, last_ds;
+    if (p.deepstack) {
+      const at::Tensor& mask = p.deepstack->visual_mask;
+      REQUIRE(!mask[L - 1].item<bool>());  // the last token is text
+      head_ds = DeepstackInput{mask.narrow(0, 0, L - 1), p.deepstack->features};
+    }
+    dec.forward(p.embeds.narrow(0, 0, L - 1), p.positions.narrow(1, 0, L - 1), head_ds ? &*head_ds : nullptr);
+    const at::Tensor step = dec.forward(p.embeds.narrow(0, L - 1, 1), p.positions.narrow(1, L - 1, 1));
+    CHECK(top1(step) == top1(whole));
+    CHECK(max_abs_diff(step, whole) <= kInt8ErrorFactor * model_case(name)["bf16_vs_fp32_last_maxabs"].get<double>());
+  }
+}
+
+TEST_CASE("int8: all_logits (prefill path for the lm_head) agrees with the last-token logits") {
+  TempDir dir("all_logits");
+  Decoder dec = make_decoder(WeightQuant::Int8, dir.str());
+  const Prompt p = load_prompt("one_image");
+  const at::Tensor all = dec.forward(p.embeds, p.positions, p.deepstack_ptr(), /*all_logits=*/true);
+  REQUIRE(all.sizes() == at::IntArrayRef({p.embeds.size(0), tiny_config().vocab_size}));
+  dec.reset();
+  const at::Tensor last = dec.forward(p.embeds, p.positions, p.deepstack_ptr());
+  CHECK(top1(all[p.embeds.size(0) - 1]) == top1(last));
+  const at::Tensor best = all.argmax(1).contiguous();
+  const std::vector<int64_t> ours(best.data_ptr<int64_t>(), best.data_ptr<int64_t>() + best.numel());
+  const std::vector<int64_t> reference = model_case("one_image")["argmax_per_position"].get<std::vector<int64_t>>();
+  int64_t same = 0;
+  for (size_t i = 0; i < ours.size(); ++i) same += ours[i] == reference[i];
+  MESSAGE("int8 argmax equals the reference's at " << same << " of " << ours.size() << " positions");
+  CHECK(same * 10 >= int64_t(ours.size()) * 9);
+}
+
+TEST_CASE("int8 cache: made once, then reused without rebuilding") {
+  TempDir dir("reuse");
+  const std::string path = cache_path(dir.str());
+  Notes first;
+  at::Tensor a, b;
+  const Prompt p = load_prompt("text_only");
+  {
+    Decoder dec = make_decoder(WeightQuant::Int8, dir.str(), &first);
+    a = dec.forward(p.embeds, p.positions).clone();
+  }
+  REQUIRE(fs::exists(path));
+  CHECK(first.lines.size() == 2);  // "quantizing ..." and "... ready"
+  CHECK(mentions(first.lines, path));
+  const int64_t made = mtime_ns(path);
+  // Nothing else is left in the folder (no temporaries).
+  CHECK(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()) == 1);
+
+  Notes second;
+  {
+    Decoder dec = make_decoder(WeightQuant::Int8, dir.str(), &second);
+    b = dec.forward(p.embeds, p.positions);
+  }
+  CHECK(second.lines.empty());
+  CHECK(mtime_ns(path) == made);
+  CHECK(at::equal(a, b));
+
+  // The cache holds every projection of every layer and the lm_head, in groups of 128.
+  const kernels::Int8Cache cache(path);
+  CHECK(cache.matrices().size() == size_t(7 * tiny_config().num_hidden_layers + 1));
+  const kernels::Int8Matrix& head = cache.get("lm_head");
+  CHECK(head.rows == tiny_config().vocab_size);
+  CHECK(head.cols == tiny_config().hidden_size);
+  CHECK(head.group_size == kDefaultInt8GroupSize);
+  CHECK(cache.get("layers.3.down_proj").cols == tiny_config().intermediate_size);
+}
+
+TEST_CASE("int8 cache: a corrupt, truncated or stale file is rebuilt, not used") {
+  TempDir dir("rebuild");
+  const std::string path = cache_path(dir.str());
+  const Prompt p = load_prompt("one_image");
+  at::Tensor good;
+  {
+    Decoder dec = make_decoder(WeightQuant::Int8, dir.str());
+    good = dec.forward(p.embeds, p.positions, p.deepstack_ptr()).clone();
+  }
+  const auto good_size = fs::file_size(path);
+
+  auto rebuilt_after = [&](const std::function<void()>& spoil) {
+    spoil();
+    Notes notes;
+    Decoder dec = make_decoder(WeightQuant::Int8, dir.str(), &notes);
+    const at::Tensor logits = dec.forward(p.embeds, p.positions, p.deepstack_ptr());
+    CHECK(at::equal(logits, good));
+    CHECK(fs::file_size(path) == good_size);
+    CHECK(mentions(notes.lines, "rebuilding"));
+    return notes.lines.empty() ? std::string() : notes.lines[0];
+  };
+  SUBCASE("truncated") {
+    const std::string why = rebuilt_after([&] { fs::resize_file(path, good_size / 2); });
+    CHECK(why.find("outside the file") != std::string::npos);
+  }
+  SUBCASE("empty") { rebuilt_after([&] { fs::resize_file(path, 0); }); }
+  SUBCASE("garbage header") {
+    const std::string why = rebuilt_after([&] {
+      std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+      f.write("NOTQVL!!", 8);
+    });
+    CHECK(why.find("not a qvl int8 cache") != std::string::npos);
+  }
+  SUBCASE("made for other weights (stale tag)") {
+    const std::string why = rebuilt_after([&] {
+      const kernels::QuantizedMatrix m(4, 64, 64);
+      kernels::write_int8_cache(path, "qvl decoder int8 v1; group 128; weights 0123456789abcdef",
+                                {{"lm_head", m.view()}});
+    });
+    CHECK(why.find("0123456789abcdef") != std::string::npos);
+  }
+  SUBCASE("right tag, wrong contents") {
+    const std::string tag = kernels::Int8Cache(path).tag();
+    const std::string why = rebuilt_after([&] {
+      const kernels::QuantizedMatrix m(4, 64, 128);
+      kernels::write_int8_cache(path, tag, {{"lm_head", m.view()}});
+    });
+    CHECK(why.find("matrices") != std::string::npos);
+  }
+}
+
+TEST_CASE("int8: lazy touches a layer when it first runs; eager loads all; both give the same logits") {
+  TempDir dir("lazy");
+  Decoder lazy = make_decoder(WeightQuant::Int8, dir.str(), nullptr, true);
+  Decoder eager = make_decoder(WeightQuant::Int8, dir.str(), nullptr, false);
+  CHECK(lazy.layers_loaded() == 0);
+  CHECK(eager.layers_loaded() == tiny_config().num_hidden_layers);
+  const Prompt p = load_prompt("system_image");
+  const at::Tensor a = lazy.forward(p.embeds, p.positions, p.deepstack_ptr());
+  CHECK(lazy.layers_loaded() == tiny_config().num_hidden_layers);
+  CHECK(at::equal(a, eager.forward(p.embeds, p.positions, p.deepstack_ptr())));
+}
+
+TEST_CASE("int8: without a cache folder the decoder refuses with a one-line error") {
+  std::string err;
+  try {
+    make_decoder(WeightQuant::Int8, "");
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  CHECK(err.find("cache folder") != std::string::npos);
+  CHECK(err.find('\n') == std::string::npos);
+}
+
+TEST_CASE("int8 dequantize_rows_into: float equals dequantize_int8, bf16 is its rounding") {
+  const at::Tensor w = (at::randn({70, 200}, at::TensorOptions().dtype(at::kFloat)) * 0.05).to(at::kBFloat16);
+  const kernels::QuantizedMatrix q =
+      kernels::quantize_int8({static_cast<const uint16_t*>(w.data_ptr()), 70, 200}, 128);
+  at::Tensor reference = at::empty({70, 200}, at::kFloat);
+  kernels::dequantize_int8(q.view(), reference.data_ptr<float>());
+
+  at::Tensor f32 = at::empty({70, 200}, at::kFloat);
+  kernels::dequantize_rows_into(q.view(), 0, f32);
+  CHECK(at::equal(f32, reference));
+  at::Tensor rows = at::empty({9, 200}, at::kBFloat16);
+  kernels::dequantize_rows_into(q.view(), 61, rows);
+  CHECK(at::equal(rows, reference.narrow(0, 61, 9).to(at::kBFloat16)));
+  at::Tensor too_many = at::empty({10, 200}, at::kBFloat16);
+  CHECK_THROWS_AS(kernels::dequantize_rows_into(q.view(), 61, too_many), Error);
+
+  // Through linear_into: 20 rows take the dequantized matmul, 3 rows the GEMV.
+  const at::Tensor x = at::randn({20, 200}, at::kFloat);
+  at::Tensor out = at::empty({20, 70}, at::kFloat), scratch;
+  kernels::linear_into(out, x, kernels::LinearWeight(q.view()), {}, scratch);
+  CHECK(at::allclose(out, at::mm(x, reference.t()), 1e-5, 1e-5));
+  at::Tensor few = at::empty({3, 70}, at::kFloat);
+  kernels::linear_into(few, x.narrow(0, 0, 3), kernels::LinearWeight(q.view()), {}, scratch);
+  // The GEMV quantizes x per group too: close, not equal.
+  CHECK(at::allclose(few, at::mm(x.narrow(0, 0, 3), reference.t()), 0.02, 0.05));
+}
+
+TEST_CASE("int8 linear_into: a matrix too big for one dequantized block is done in blocks") {
+  const int64_t rows = 1100, cols = 16384;  // 18 Mi weights: more than one 16 Mi-element block
+  const at::Tensor w = (at::randn({rows, cols}, at::kFloat) * 0.05).to(at::kBFloat16);
+  const kernels::QuantizedMatrix q =
+      kernels::quantize_int8({static_cast<const uint16_t*>(w.data_ptr()), rows, cols}, 128);
+  at::Tensor reference = at::empty({rows, cols}, at::kFloat);
+  kernels::dequantize_int8(q.view(), reference.data_ptr<float>());
+  const at::Tensor x = at::randn({9, cols}, at::kFloat);
+  at::Tensor out = at::empty({9, rows}, at::kFloat), scratch;
+  kernels::linear_into(out, x, kernels::LinearWeight(q.view()), {}, scratch);
+  CHECK(scratch.numel() < rows * cols);
+  CHECK(at::allclose(out, at::mm(x, reference.t()), 1e-4, 1e-4));
+}
