@@ -66,7 +66,8 @@ check "the follow-up from the KV cache equals recomputing the conversation from 
 show_on_fail "$TMP/err.txt"
 
 # A context that holds one turn: the next question is refused, the REPL stays,
-# and /reset starts over (the image is encoded again with the next question).
+# and /reset starts over (the image's features come from the session's feature
+# cache: the vision encoder does not run again).
 printf 'What is in the image?\nAnd then?\n/reset\nWhat is in the image?\n/stats\n' |
   "${CHAT[@]}" --image "$DATA/images/small.png" --max-context 100 > "$TMP/full.out" 2> "$TMP/full.err"
 rc=$?
@@ -74,7 +75,8 @@ check "a full context exits 0 at EOF" "[ $rc -eq 0 ]"
 check "... says so and how to go on" "grep -q '^context full (100 tokens, .*/reset to start over or raise --max-context' '$TMP/full.err'"
 check "... and after /reset the question is answered again" \
   "[ \$(wc -l < '$TMP/full.out') -eq 2 ] && [ \"\$(sed -n 1p '$TMP/full.out')\" = \"\$(sed -n 2p '$TMP/full.out')\" ] \
-   && grep -qx 'vision_calls: 2' '$TMP/full.err' && grep -qx 'turns: 1' '$TMP/full.err'"
+   && grep -qx 'vision_calls: 1' '$TMP/full.err' && grep -qx 'images_encoded: 1' '$TMP/full.err' \
+   && grep -qx 'turns: 1' '$TMP/full.err'"
 
 # /quit ends the REPL even with more input; a system message and no image work.
 printf 'Hi\n/quit\nnever asked\n' | "${CHAT[@]}" --system "Be brief." > "$TMP/quit.out" 2> "$TMP/quit.err"

@@ -17,6 +17,7 @@
 #include "qvl/model/checkpoint_layout.h"
 #include "qvl/model/memory_budget.h"
 #include "qvl/model/mrope_positions.h"
+#include "qvl/session/feature_cache.h"
 #include "qvl/text/tokenizer.h"
 #include "qvl/vision/module_cache.h"
 #include "qvl/vision/vision_encoder.h"
@@ -118,6 +119,7 @@ struct Session::Impl {
   bool assistant_turn_open = false; // the last answer still needs its <|im_end|>
   int64_t next_position = 0;
   SessionStats stats;
+  FeatureCache feature_cache;  // vision features of recent images
 
   Impl(const SessionOptions& o, Clock::time_point t0)
       : options(o),
@@ -128,7 +130,8 @@ struct Session::Impl {
         checkpoint(open_checkpoint(o.model_dir, config)),
         budget(config, MemoryOptions{o.dtype, o.quant, o.max_context, o.threads}, o.max_memory_mb),
         dtype(parse_compute_dtype(o.dtype)),
-        decoder(checkpoint, config.text, decoder_options(o, checkpoint, dtype)) {
+        decoder(checkpoint, config.text, decoder_options(o, checkpoint, dtype)),
+        feature_cache(o.feature_cache_mb << 20) {
     if (o.min_pixels > 0) preprocessor.min_pixels = o.min_pixels;
     if (o.max_pixels > 0) preprocessor.max_pixels = o.max_pixels;
     if (preprocessor.min_pixels > preprocessor.max_pixels)
@@ -236,23 +239,52 @@ Answer Session::ask(const std::vector<Message>& turn, const std::vector<Patchifi
                 " of the context limit (" + std::to_string(s.options.max_context) +
                 ") are left; raise --max-context, lower --max-pixels, or start a new conversation");
 
-  // 3. Vision features for every image of the turn, encoded in one call.
+  // 3. Vision features for every image of the turn: images seen recently come
+  // from the feature cache, the others are encoded together in one call.
   std::optional<VisionFeatures> features;
   if (!images.empty()) {
     const auto t_vision = Clock::now();
-    int64_t rows = 0, dim = images[0].patch_dim;
-    for (const auto& img : images) rows += img.grid.patches();
-    at::Tensor pixels = at::empty({rows, dim}, at::kFloat);
-    float* dst = pixels.data_ptr<float>();
-    std::vector<ImageGrid> grids;
-    for (const auto& img : images) {
-      std::memcpy(dst, img.pixel_values.data(), img.pixel_values.size() * sizeof(float));
-      dst += img.pixel_values.size();
-      grids.push_back(img.grid);
+    std::vector<ImageFeatures> per_image(images.size());
+    std::vector<std::string> keys;
+    std::vector<size_t> missing;
+    for (size_t i = 0; i < images.size(); ++i) {
+      keys.push_back(FeatureCache::key_of(images[i]));
+      if (const ImageFeatures* hit = s.feature_cache.find(keys.back())) per_image[i] = *hit;
+      else missing.push_back(i);
     }
-    features = s.vision_encoder().encode(pixels, grids);
-    s.stats.vision_calls += 1;
-    s.stats.images_encoded += int64_t(images.size());
+    if (!missing.empty()) {
+      int64_t rows = 0;
+      for (size_t i : missing) rows += images[i].grid.patches();
+      at::Tensor pixels = at::empty({rows, images[missing[0]].patch_dim}, at::kFloat);
+      float* dst = pixels.data_ptr<float>();
+      std::vector<ImageGrid> grids;
+      for (size_t i : missing) {
+        std::memcpy(dst, images[i].pixel_values.data(), images[i].pixel_values.size() * sizeof(float));
+        dst += images[i].pixel_values.size();
+        grids.push_back(images[i].grid);
+      }
+      VisionFeatures encoded = s.vision_encoder().encode(pixels, grids);
+      s.stats.vision_calls += 1;
+      s.stats.images_encoded += int64_t(missing.size());
+      int64_t row = 0;
+      for (size_t i : missing) {
+        const int64_t n = images[i].grid.tokens(s.config.vision.spatial_merge_size);
+        per_image[i].embeds = encoded.embeds.narrow(0, row, n).clone();
+        for (const auto& d : encoded.deepstack) per_image[i].deepstack.push_back(d.narrow(0, row, n).clone());
+        row += n;
+        s.feature_cache.put(keys[i], per_image[i]);
+      }
+    }
+    VisionFeatures all;
+    std::vector<at::Tensor> parts;
+    for (const auto& f : per_image) parts.push_back(f.embeds);
+    all.embeds = at::cat(parts, 0);
+    for (size_t d = 0; d < per_image[0].deepstack.size(); ++d) {
+      parts.clear();
+      for (const auto& f : per_image) parts.push_back(f.deepstack[d]);
+      all.deepstack.push_back(at::cat(parts, 0));
+    }
+    features = std::move(all);
     answer.timings.vision_s = seconds_since(t_vision);
   }
 

@@ -32,6 +32,7 @@ struct SessionOptions {
   std::string cache_dir;       // TorchScript module and int8 weight cache; "" = $QVL_CACHE_DIR, else default
   std::function<void(const std::string&)> on_note;  // one-line notes about one-time work (building caches)
   bool build_vision_if_missing = true;
+  int64_t feature_cache_mb = 256;  // vision features of recent images kept in memory (0: off)
   bool keep_first_logits = false;  // copy the logits of the first generated token into Answer (debugging, dtype comparisons)
 };
 
