@@ -3,7 +3,11 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <sched.h>
+
+#include <algorithm>
 #include <chrono>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -40,13 +44,12 @@ WeightQuant parse_quant(const std::string& s) {
   throw Error("unknown weight quantization '" + s + "' (use none or int8)");
 }
 
-// The caches' folder: the option, else $QVL_CACHE_DIR, else the default choice ("").
+// The caches' folder: the option, else what vision_cache_dir() chooses
+// ($QVL_CACHE_DIR, beside the model, or ~/.cache/qvl).
 VisionOptions cache_options(const SessionOptions& o, at::ScalarType dtype) {
   VisionOptions vo;
   vo.dtype = dtype;
   vo.cache_dir = o.cache_dir;
-  if (vo.cache_dir.empty())
-    if (const char* env = std::getenv("QVL_CACHE_DIR"); env && *env) vo.cache_dir = env;
   vo.build_if_missing = o.build_vision_if_missing;
   return vo;
 }
@@ -87,6 +90,13 @@ double Answer::decode_tokens_per_s() const {
 }
 double Answer::prefill_tokens_per_s() const {
   return timings.prefill_s > 0 ? double(prompt_tokens) / timings.prefill_s : 0.0;
+}
+
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return std::max(1u, std::thread::hardware_concurrency());
 }
 
 int64_t peak_rss_mb() {
@@ -151,7 +161,9 @@ struct Session::Impl {
 
 Session::Session(const SessionOptions& options) {
   auto t0 = Clock::now();
-  if (options.threads > 0) at::set_num_threads(options.threads);
+  // libtorch's default is its guess at physical cores, which is 1 on some
+  // VMs with 2 real cores; use every core this process may run on instead.
+  at::set_num_threads(options.threads > 0 ? options.threads : usable_cores());
   impl_ = std::make_unique<Impl>(options, t0);
 }
 

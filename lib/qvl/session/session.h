@@ -104,6 +104,9 @@ class Session {
   std::unique_ptr<Impl> impl_;
 };
 
+// CPUs this process may run on (its affinity mask): the default thread count.
+int usable_cores();
+
 // Peak resident set size of this process so far, in MiB (from /proc).
 int64_t peak_rss_mb();
 

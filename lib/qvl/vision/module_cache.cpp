@@ -151,10 +151,12 @@ const char* vision_dtype_tag(at::ScalarType dtype) {
 
 std::string vision_cache_dir(const std::string& model_dir, const std::string& fingerprint,
                              const VisionOptions& opts) {
-  if (!opts.cache_dir.empty()) {
-    if (!make_writable_dir(opts.cache_dir))
-      throw Error(fmt::format("cache folder {} cannot be created or written", opts.cache_dir));
-    return opts.cache_dir;
+  std::string chosen = opts.cache_dir;
+  if (chosen.empty())
+    if (const char* env = std::getenv("QVL_CACHE_DIR"); env && *env) chosen = env;
+  if (!chosen.empty()) {
+    if (!make_writable_dir(chosen)) throw Error(fmt::format("cache folder {} cannot be created or written", chosen));
+    return chosen;
   }
   std::string beside_model = model_dir + "/.qvl-cache";
   if (make_writable_dir(beside_model)) return beside_model;

@@ -12,7 +12,7 @@ class Checkpoint;
 
 struct VisionOptions {
   at::ScalarType dtype = at::kBFloat16;  // kBFloat16 or kFloat
-  std::string cache_dir;  // "": <model_dir>/.qvl-cache if writable, else ~/.cache/qvl/<fingerprint>
+  std::string cache_dir;  // "": $QVL_CACHE_DIR, else <model_dir>/.qvl-cache if writable, else ~/.cache/qvl/<fingerprint>
   bool build_if_missing = true;
   // Run the transformer blocks natively (vision_blocks.h); false runs the
   // module's own TorchScript forward, several times slower, kept as the reference.
