@@ -6,24 +6,28 @@
 #
 #   scripts/test_sanitize.sh            qvl_unit_tests
 #   scripts/test_sanitize.sh --model    also qvl_model_tests (torch; slow to build)
+#   scripts/test_sanitize.sh --all      also the qvl binary, and every CLI test runs it
 #
 # Extra arguments after the options go to the test binaries (doctest flags).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 with_model=0
-if [ "${1:-}" = "--model" ]; then
-  with_model=1
-  shift
-fi
+with_cli=0
+case "${1:-}" in
+  --model) with_model=1; shift ;;
+  --all) with_model=1; with_cli=1; shift ;;
+esac
 
 targets=(qvl_unit_tests)
 [ "$with_model" -eq 1 ] && targets+=(qvl_model_tests)
+build_targets=("${targets[@]}")
+[ "$with_cli" -eq 1 ] && build_targets+=(qvl)
 
 if [ ! -f build-asan/build.ninja ]; then
   cmake -S . -B build-asan -G Ninja -DQVL_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >&2
 fi
-ninja -C build-asan -j 2 "${targets[@]}" >&2
+ninja -C build-asan -j 2 "${build_targets[@]}" >&2
 
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:check_initialization_order=1"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
@@ -36,5 +40,13 @@ for t in "${targets[@]}"; do
     status=1
   fi
 done
-[ "$status" -eq 0 ] && echo "test_sanitize: ${targets[*]} clean under ASan+UBSan"
+if [ "$with_cli" -eq 1 ]; then
+  echo "test_sanitize: running the CLI tests against the sanitized qvl" >&2
+  # Leak checking stays on; abort_on_error makes a finding fail the script's checks.
+  if ! (cd build-asan && ctest -R '^cli_' -j 2 --output-on-failure >&2); then
+    echo "test_sanitize: CLI tests FAILED under ASan+UBSan" >&2
+    status=1
+  fi
+fi
+[ "$status" -eq 0 ] && echo "test_sanitize: ${build_targets[*]} clean under ASan+UBSan"
 exit "$status"
