@@ -24,40 +24,17 @@
 #include "qvl/model/config.h"
 #include "test_support.h"
 
-// ATen brings glog, whose CHECK macros would silently replace doctest's.
-#undef CHECK
-#undef CHECK_EQ
-#undef CHECK_NE
-#undef CHECK_LT
-#undef CHECK_LE
-#undef CHECK_GT
-#undef CHECK_GE
-#include <doctest/doctest.h>
+#include "torch_test_support.h"
 
 using namespace qvl;
+using namespace qvl::test;
 namespace fs = std::filesystem;
 
 namespace {
 
-const std::vector<std::string> kCases = {"text_only", "one_image", "system_image", "multi_turn"};
-const std::vector<int64_t> kStopIds = {151645, 151643};
 
-const SafetensorsFile& goldens_file() {
-  static SafetensorsFile f(test::data_path("goldens_model.safetensors"));
-  return f;
-}
-bool has_golden(const std::string& name) { return goldens_file().find(name) != nullptr; }
-at::Tensor golden(const std::string& name) { return tensor_view(goldens_file().get(name)); }
 const nlohmann::json& model_case(const std::string& name) { return test::goldens()["model_cases"][name]; }
 
-const Checkpoint& tiny_checkpoint() {
-  static Checkpoint c(test::tiny_model_dir());
-  return c;
-}
-const TextConfig& tiny_config() {
-  static TextConfig c = load_model_config(test::tiny_model_dir()).text;
-  return c;
-}
 
 // A fresh folder under the system's temp dir, removed at the end of the test.
 struct TempDir {

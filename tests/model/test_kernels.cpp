@@ -17,15 +17,7 @@
 #include "qvl/kernels/int8_cache.h"
 #include "qvl/kernels/quant.h"
 
-// ATen brings glog, whose CHECK macros would replace doctest's: drop them.
-#undef CHECK
-#undef CHECK_EQ
-#undef CHECK_NE
-#undef CHECK_LT
-#undef CHECK_LE
-#undef CHECK_GT
-#undef CHECK_GE
-#include <doctest/doctest.h>
+#include "torch_test_support.h"
 
 using namespace qvl;
 using namespace qvl::kernels;
