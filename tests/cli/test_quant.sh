@@ -3,18 +3,11 @@
 # every golden model case equals the reference's (and the bf16 run's); the int8
 # weight cache is made once in the cache folder, reused by later runs, and
 # rebuilt when damaged; a bad --quant value is a usage error.
-set -uo pipefail
-QVL="$1"
-DATA="$2"
-MODEL="$DATA/tiny-qwen3-vl"
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail=0
-check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi; }
+source "$(dirname "$0")/common.sh" "$@"
 
 # A cache folder of our own. Vision modules already built for the other tests
 # are copied in so that no Python export runs here; the int8 cache is ours.
-SHARED_CACHE="${QVL_TEST_CACHE:-$(dirname "$QVL")/../test-cache}"
+SHARED_CACHE="$QVL_CACHE_DIR"  # common.sh: the cache the other CLI tests share
 export QVL_CACHE_DIR="$TMP/cache"
 mkdir -p "$QVL_CACHE_DIR"
 cp "$SHARED_CACHE"/vision-* "$QVL_CACHE_DIR"/ 2>/dev/null || true
