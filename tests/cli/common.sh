@@ -12,3 +12,9 @@ export QVL_CACHE_DIR="${QVL_TEST_CACHE:-$(dirname "$QVL")/../test-cache}"
 fail=0
 # check DESCRIPTION SHELL-CONDITION: prints ok/FAIL and remembers a failure.
 check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi; }
+# run ARGS...: runs qvl with ARGS, keeping stdout in $TMP/out, stderr in
+# $TMP/err and the exit status in $status, for the checks that follow.
+run() { "$QVL" "$@" > "$TMP/out" 2> "$TMP/err"; status=$?; }
+# dump FILE...: prints the files and fails; a check's condition ends with
+# "|| dump FILE" so that a FAIL shows what qvl said.
+dump() { cat "$@"; false; }

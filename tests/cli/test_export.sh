@@ -1,57 +1,40 @@
 #!/usr/bin/env bash
-# qvl export driven from the outside: usage: test_export.sh <path-to-qvl> <tests/data>
-set -u
-QVL=$1
-DATA=$2
-TINY=$DATA/tiny-qwen3-vl
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
-run() {
-  "$QVL" "$@" >"$TMP/out" 2>"$TMP/err"
-  status=$?
-}
+# qvl export on the tiny model: the first run builds the vision module with the
+# embedded script and prints only its path, a second run finds it, --force
+# rebuilds it, bf16 and f32 are different files, and a missing Python or model
+# folder is one clear error line.
+source "$(dirname "$0")/common.sh" "$@"
+# A cache folder of our own (not the shared $QVL_CACHE_DIR): this test must see
+# the module being built.
+CACHE="$TMP/cache"
 
-# Builds with the embedded script; stdout is just the module's path.
-run export --model "$TINY" --dtype f32 --cache-dir "$TMP/cache"
-[ "$status" = 0 ] || fail "export exited $status: $(cat "$TMP/err")"
+run export --model "$MODEL" --dtype f32 --cache-dir "$CACHE"
 path=$(cat "$TMP/out")
-case "$path" in
-  "$TMP/cache/vision-"*-f32.pt) ;;
-  *) fail "export printed '$path', expected a file under $TMP/cache named vision-...-f32.pt" ;;
-esac
-[ -s "$path" ] || fail "export printed $path but it is missing or empty"
-grep -q "built in" "$TMP/err" || fail "first export did not report a build: $(cat "$TMP/err")"
+check "export exits 0" '[ "$status" = 0 ] || dump "$TMP/err"'
+check "... and prints a file under the cache folder named vision-...-f32.pt" \
+  '[[ "$path" == "$CACHE/vision-"*-f32.pt ]] || { echo "printed: $path"; false; }'
+check "... which exists and is not empty" '[ -s "$path" ]'
+check "... and reports a build" 'grep -q "built in" "$TMP/err" || dump "$TMP/err"'
 
-# A second run finds it; --force rebuilds it.
-run export --model "$TINY" --dtype f32 --cache-dir "$TMP/cache"
-[ "$status" = 0 ] && [ "$(cat "$TMP/out")" = "$path" ] || fail "second export: status $status, printed $(cat "$TMP/out")"
-grep -q "up to date" "$TMP/err" || fail "second export rebuilt: $(cat "$TMP/err")"
-run export --model "$TINY" --dtype f32 --cache-dir "$TMP/cache" --force
-grep -q "built in" "$TMP/err" || fail "--force did not rebuild: $(cat "$TMP/err")"
+run export --model "$MODEL" --dtype f32 --cache-dir "$CACHE"
+check "a second export exits 0 and prints the same path" \
+  '[ "$status" = 0 ] && [ "$(cat "$TMP/out")" = "$path" ] || dump "$TMP/out" "$TMP/err"'
+check "... finding it up to date" 'grep -q "up to date" "$TMP/err" || dump "$TMP/err"'
+run export --model "$MODEL" --dtype f32 --cache-dir "$CACHE" --force
+check "--force rebuilds it" 'grep -q "built in" "$TMP/err" || dump "$TMP/err"'
 
-# bf16 is a different file; no temp files are left behind.
-run export --model "$TINY" --cache-dir "$TMP/cache"
-case "$(cat "$TMP/out")" in *-bf16.pt) ;; *) fail "bf16 export printed $(cat "$TMP/out")" ;; esac
-[ "$(ls "$TMP/cache" | wc -l)" = 2 ] || fail "cache holds $(ls "$TMP/cache"), expected one f32 and one bf16 module"
+run export --model "$MODEL" --cache-dir "$CACHE"
+check "the default export is a bf16 module" '[[ "$(cat "$TMP/out")" == *-bf16.pt ]] || dump "$TMP/out"'
+check "the cache holds one f32 and one bf16 module, no temporaries" \
+  '[ "$(ls "$CACHE" | wc -l)" = 2 ] || { ls "$CACHE"; false; }'
 
-# Missing Python: one error line that says what to install.
-QVL_PYTHON=/nonexistent/python3 "$QVL" export --model "$TINY" --cache-dir "$TMP/other" >"$TMP/out" 2>"$TMP/err"
-status=$?
-[ "$status" = 1 ] || fail "export without python exited $status, expected 1"
-grep -q "^qvl: error: .*apt-get install python3 python3-torch" "$TMP/err" ||
-  fail "export without python says: $(cat "$TMP/err")"
-[ "$(wc -l <"$TMP/err")" = 1 ] || fail "export without python printed more than one line: $(cat "$TMP/err")"
+QVL_PYTHON=/nonexistent/python3 run export --model "$MODEL" --cache-dir "$TMP/other"
+check "export without Python exits 1" '[ "$status" = 1 ] || { echo "exit $status"; false; }'
+check "... saying what to install" \
+  'grep -q "^qvl: error: .*apt-get install python3 python3-torch" "$TMP/err" || dump "$TMP/err"'
+check "... in one line" '[ "$(wc -l < "$TMP/err")" = 1 ] || dump "$TMP/err"'
 
-run export --model "$TMP/nowhere" --cache-dir "$TMP/cache"
-[ "$status" = 1 ] || fail "export of a missing folder exited $status, expected 1"
+run export --model "$TMP/nowhere" --cache-dir "$CACHE"
+check "export of a missing model folder exits 1" '[ "$status" = 1 ] || { echo "exit $status"; false; }'
 
-if [ "$failures" -gt 0 ]; then
-  echo "$failures check(s) failed"
-  exit 1
-fi
-echo "test_export: all checks passed"
+exit $fail
