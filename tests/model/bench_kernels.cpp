@@ -4,8 +4,12 @@
 //
 //   qvl_bench_kernels [repetitions=5] [filter]
 //
-// Prints, per configuration, the minimum over repetitions of each shape's
-// time summed over the 28 layers, and the whole step as tokens/s and GB/s.
+// filter: a substring of the labels printed, e.g. "bf16", "int8 group 128",
+// "batch 8", "2 threads". Configurations of one kind and thread count run
+// interleaved. Prints, per configuration, the minimum over repetitions of
+// each shape's time summed over the 28 layers, and the whole step as
+// tokens/s and GB/s of weights streamed (a batch of vectors shares one pass
+// over the weights, so "tokens/s" there is steps/s: multiply by the batch).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <fmt/core.h>
@@ -52,24 +56,30 @@ struct Result {
   double step_bytes = 0;
 };
 
-Result measure(const std::vector<Gemv>& step, int repetitions) {
-  Result result;
-  result.seconds_per_shape.assign(kProjections.size(), 1e30);
-  for (const Gemv& g : step) result.step_bytes += g.bytes;
-  for (int rep = 0; rep < repetitions; ++rep) {
-    std::vector<double> per_shape(kProjections.size(), 0.0);
-    const auto step_start = std::chrono::steady_clock::now();
-    for (const Gemv& g : step) {
-      const auto start = std::chrono::steady_clock::now();
-      g.run();
-      per_shape[g.shape] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    }
-    const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
-    result.step_seconds = std::min(result.step_seconds, total);
-    for (size_t i = 0; i < per_shape.size(); ++i)
-      result.seconds_per_shape[i] = std::min(result.seconds_per_shape[i], per_shape[i]);
+// The configurations of one comparison, measured interleaved (one step of
+// each in turn, `repetitions` times) so a change in machine load hits all alike.
+std::vector<Result> measure(const std::vector<const std::vector<Gemv>*>& steps, int repetitions) {
+  std::vector<Result> results(steps.size());
+  for (size_t c = 0; c < steps.size(); ++c) {
+    results[c].seconds_per_shape.assign(kProjections.size(), 1e30);
+    for (const Gemv& g : *steps[c]) results[c].step_bytes += g.bytes;
   }
-  return result;
+  for (int rep = 0; rep < repetitions; ++rep)
+    for (size_t c = 0; c < steps.size(); ++c) {
+      Result& result = results[c];
+      std::vector<double> per_shape(kProjections.size(), 0.0);
+      const auto step_start = std::chrono::steady_clock::now();
+      for (const Gemv& g : *steps[c]) {
+        const auto start = std::chrono::steady_clock::now();
+        g.run();
+        per_shape[g.shape] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      }
+      const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+      result.step_seconds = std::min(result.step_seconds, total);
+      for (size_t i = 0; i < per_shape.size(); ++i)
+        result.seconds_per_shape[i] = std::min(result.seconds_per_shape[i], per_shape[i]);
+    }
+  return results;
 }
 
 void print(const std::string& label, const Result& r, const std::vector<Gemv>& step) {
@@ -118,67 +128,94 @@ int main(int argc, char** argv) {
   const auto view = [](const at::Tensor& w) {
     return Bf16Matrix{reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>()), w.size(0), w.size(1)};
   };
-  // Inputs and outputs for every width (tiny next to the weights).
-  std::map<int64_t, at::Tensor> x_float, x_bf16, y_float;
-  for (const Projection& p : kProjections) {
-    x_float[p.in] = at::randn({1, p.in});
-    x_bf16[p.in] = x_float[p.in].to(at::kBFloat16);
-    y_float[p.out] = at::empty({1, p.out});
-  }
+  // Inputs and outputs for every width and batch (tiny next to the weights).
+  const std::vector<int64_t> batches = {1, kMaxBatch};
+  std::map<std::pair<int64_t, int64_t>, at::Tensor> x_float, x_bf16, y_float;  // by (batch, width)
+  for (const Projection& p : kProjections)
+    for (int64_t batch : batches) {
+      x_float[{batch, p.in}] = at::randn({batch, p.in});
+      x_bf16[{batch, p.in}] = x_float[{batch, p.in}].to(at::kBFloat16);
+      y_float[{batch, p.out}] = at::empty({batch, p.out});
+    }
+  const auto x_of = [&](int64_t batch, int64_t in) { return x_float[{batch, in}].data_ptr<float>(); };
+  const auto y_of = [&](int64_t batch, int64_t out) { return y_float[{batch, out}].data_ptr<float>(); };
 
-  const auto run_config = [&](const std::string& label, int threads, std::vector<Gemv> step) {
-    if (!wanted(label)) return;
+  // Runs the wanted ones of `configs` interleaved and prints each.
+  using Config = std::pair<std::string, std::vector<Gemv>>;
+  const auto compare = [&](int threads, const std::vector<Config>& configs) {
+    std::vector<std::string> labels;
+    std::vector<const std::vector<Gemv>*> steps;
+    for (const auto& [label, step] : configs) {
+      const std::string full = fmt::format("{}, {} thread{}", label, threads, threads > 1 ? "s" : "");
+      if (!wanted(full)) continue;
+      labels.push_back(full);
+      steps.push_back(&step);
+    }
+    if (steps.empty()) return;
     at::set_num_threads(threads);
-    measure(step, 1);  // warm up: page in, start the thread pool
-    print(fmt::format("{}, {} thread{}", label, threads, threads > 1 ? "s" : ""), measure(step, repetitions), step);
+    measure(steps, 1);  // warm up: page in, start the thread pool
+    const std::vector<Result> results = measure(steps, repetitions);
+    for (size_t c = 0; c < steps.size(); ++c) print(labels[c], results[c], *steps[c]);
   };
 
   for (int threads : {1, 2}) {
-    std::vector<Gemv> aten, fma, dot;
-    for (const Matrix& m : matrices) {
-      const Projection& p = kProjections[m.shape];
-      const double bytes = double(m.w.numel()) * 2;
-      aten.push_back({m.shape, bytes, [&, w = m.w, in = p.in] { (void)at::linear(x_bf16[in], w); }});
-      fma.push_back({m.shape, bytes, [&, w = view(m.w), in = p.in, out = p.out] {
-                       gemv_bf16(w, x_float[in].data_ptr<float>(), y_float[out].data_ptr<float>(), 1,
-                                 Bf16Path::Avx512Fma);
-                     }});
-      dot.push_back({m.shape, bytes, [&, w = view(m.w), in = p.in, out = p.out] {
-                       gemv_bf16(w, x_float[in].data_ptr<float>(), y_float[out].data_ptr<float>(), 1,
-                                 Bf16Path::Avx512DotBf16);
-                     }});
+    std::vector<Config> configs;
+    for (int64_t batch : batches) {
+      std::vector<Gemv> aten, fma, dot;
+      for (const Matrix& m : matrices) {
+        const Projection& p = kProjections[m.shape];
+        const double bytes = double(m.w.numel()) * 2;
+        const Bf16Matrix w = view(m.w);
+        aten.push_back({m.shape, bytes, [&, w = m.w, batch, in = p.in] { (void)at::linear(x_bf16[{batch, in}], w); }});
+        fma.push_back({m.shape, bytes, [&, w, batch, in = p.in, out = p.out] {
+                         gemv_bf16(w, x_of(batch, in), y_of(batch, out), batch, Bf16Path::Avx512Fma);
+                       }});
+        dot.push_back({m.shape, bytes, [&, w, batch, in = p.in, out = p.out] {
+                         gemv_bf16(w, x_of(batch, in), y_of(batch, out), batch, Bf16Path::Avx512DotBf16);
+                       }});
+      }
+      const std::string b = fmt::format(" batch {}", batch);
+      configs.emplace_back("at::linear bf16" + b, std::move(aten));
+      configs.emplace_back("qvl bf16 avx512-fma" + b, std::move(fma));
+      if (cpu_has_avx512_bf16()) configs.emplace_back("qvl bf16 avx512-dpbf16" + b, std::move(dot));
     }
-    run_config("at::linear bf16", threads, aten);
-    run_config("qvl bf16 avx512-fma", threads, fma);
-    if (cpu_has_avx512_bf16()) run_config("qvl bf16 avx512-dpbf16", threads, dot);
+    compare(threads, configs);
   }
 
   for (int64_t group : {int64_t(64), int64_t(128), kGroupPerRow}) {
     const std::string group_name = group == kGroupPerRow ? "per-row" : "group " + std::to_string(group);
-    const std::string vnni_label = "qvl int8 " + group_name + " int8-x-vnni";
-    const std::string float_label = "qvl int8 " + group_name + " float-x-avx512";
-    if (!wanted(vnni_label) && !wanted(float_label)) continue;
+    const std::string prefix = "qvl int8 " + group_name;
+    bool any = false;
+    for (const std::string path : {"int8-x-vnni", "float-x-avx512"})
+      for (int64_t batch : batches)
+        for (int threads : {1, 2})
+          any = any || wanted(fmt::format("{} {} batch {}, {} thread{}", prefix, path, batch, threads,
+                                          threads > 1 ? "s" : ""));
+    if (!any) continue;
     at::set_num_threads(2);
     std::vector<QuantizedMatrix> quantized;
     quantized.reserve(matrices.size());
     for (const Matrix& m : matrices) quantized.push_back(quantize_int8(view(m.w), group));
     for (int threads : {1, 2}) {
-      std::vector<Gemv> vnni, float_x;
-      for (size_t i = 0; i < matrices.size(); ++i) {
-        const Projection& p = kProjections[matrices[i].shape];
-        const Int8Matrix& w = quantized[i].view();
-        const double bytes = double(w.weight_bytes() + w.scale_bytes());
-        vnni.push_back({matrices[i].shape, bytes, [&, w, in = p.in, out = p.out] {
-                          gemv_int8(w, x_float[in].data_ptr<float>(), y_float[out].data_ptr<float>(), 1,
-                                    Int8Path::Int8XVnni);
-                        }});
-        float_x.push_back({matrices[i].shape, bytes, [&, w, in = p.in, out = p.out] {
-                             gemv_int8(w, x_float[in].data_ptr<float>(), y_float[out].data_ptr<float>(), 1,
-                                       Int8Path::FloatXAvx512);
-                           }});
+      std::vector<Config> configs;
+      for (int64_t batch : batches) {
+        std::vector<Gemv> vnni, float_x;
+        for (size_t i = 0; i < matrices.size(); ++i) {
+          const Projection& p = kProjections[matrices[i].shape];
+          const Int8Matrix& w = quantized[i].view();
+          const double bytes = double(w.weight_bytes() + w.scale_bytes());
+          vnni.push_back({matrices[i].shape, bytes, [&, w, batch, in = p.in, out = p.out] {
+                            gemv_int8(w, x_of(batch, in), y_of(batch, out), batch, Int8Path::Int8XVnni);
+                          }});
+          float_x.push_back({matrices[i].shape, bytes, [&, w, batch, in = p.in, out = p.out] {
+                               gemv_int8(w, x_of(batch, in), y_of(batch, out), batch, Int8Path::FloatXAvx512);
+                             }});
+        }
+        const std::string b = fmt::format(" batch {}", batch);
+        if (cpu_has_avx512_vnni()) configs.emplace_back(prefix + " int8-x-vnni" + b, std::move(vnni));
+        configs.emplace_back(prefix + " float-x-avx512" + b, std::move(float_x));
       }
-      if (cpu_has_avx512_vnni()) run_config(vnni_label, threads, vnni);
-      run_config(float_label, threads, float_x);
+      compare(threads, configs);
     }
   }
   return 0;

@@ -8,11 +8,13 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <unistd.h>
 #include <vector>
 
 #include "qvl/error.h"
+#include "qvl/kernels/detail.h"
 #include "qvl/kernels/gemv.h"
 #include "qvl/kernels/int8_cache.h"
 #include "qvl/kernels/quant.h"
@@ -126,7 +128,7 @@ TEST_CASE("bf16 gemv matches the float64 reference on odd and real shapes") {
 }
 
 TEST_CASE("bf16 gemv: a batch gives each vector's own result, on any thread count") {
-  for (const Shape s : {Shape{37, 100}, Shape{70, 2048}, Shape{9, 6144}}) {
+  for (const Shape s : {Shape{37, 100}, Shape{70, 2048}, Shape{9, 6144}, Shape{13, 33}}) {
     for (int64_t batch = 1; batch <= kMaxBatch; ++batch) {
       CAPTURE(s.cols);
       CAPTURE(batch);
@@ -142,17 +144,20 @@ TEST_CASE("bf16 gemv: a batch gives each vector's own result, on any thread coun
       }
     }
   }
-  const Problem big = make_problem({1000, 2048}, 3, 5);
-  at::Tensor one_thread, two_threads;
-  {
-    ThreadCount t(1);
-    one_thread = run_bf16(big, Bf16Path::Best);
+  for (int64_t batch : {int64_t(1), int64_t(3), kMaxBatch}) {
+    CAPTURE(batch);
+    const Problem big = make_problem({1003, 2048}, batch, 5);
+    at::Tensor one_thread, two_threads;
+    {
+      ThreadCount t(1);
+      one_thread = run_bf16(big, Bf16Path::Scalar);
+    }
+    {
+      ThreadCount t(2);
+      two_threads = run_bf16(big, Bf16Path::Best);
+    }
+    CHECK(same_bits(one_thread, two_threads));
   }
-  {
-    ThreadCount t(2);
-    two_threads = run_bf16(big, Bf16Path::Best);
-  }
-  CHECK(same_bits(one_thread, two_threads));
 }
 
 TEST_CASE("bf16 gemv rejects a bad batch") {
@@ -248,6 +253,86 @@ TEST_CASE("int8 gemv: a batch gives each vector's own result") {
         CHECK(same_bits(run_int8(q.view(), x.narrow(0, n, 1).contiguous(), path), together.narrow(0, n, 1).contiguous()));
     }
   }
+}
+
+TEST_CASE("int8 gemv: batches 1..8 on odd shapes, scalar = AVX-512 bits, any thread count") {
+  // Rows not a multiple of any row block, pieces per thread that split blocks.
+  for (const Shape s : {Shape{1, 5}, Shape{13, 100}, Shape{61, 2048}, Shape{1003, 640}}) {
+    for (int64_t group : {int64_t(64), int64_t(128), kGroupPerRow}) {
+      const Problem p = make_problem(s, kMaxBatch, 40 + s.rows + group);
+      const QuantizedMatrix q = quantize_int8(p.view(), group);
+      for (int64_t batch = 1; batch <= kMaxBatch; ++batch) {
+        CAPTURE(s.rows);
+        CAPTURE(s.cols);
+        CAPTURE(group);
+        CAPTURE(batch);
+        const at::Tensor x = p.x.narrow(0, 0, batch).contiguous();
+        for (auto [scalar, avx512] : {std::pair{Int8Path::FloatXScalar, Int8Path::FloatXAvx512},
+                                      std::pair{Int8Path::Int8XScalar, Int8Path::Int8XVnni}}) {
+          at::Tensor one_thread, two_threads;
+          {
+            ThreadCount t(1);
+            one_thread = run_int8(q.view(), x, scalar);
+          }
+          if (!path_supported(avx512)) continue;
+          {
+            ThreadCount t(2);
+            two_threads = run_int8(q.view(), x, avx512);
+          }
+          CHECK(same_bits(one_thread, two_threads));
+          for (int64_t n = 0; n < batch; ++n)
+            CHECK(same_bits(run_int8(q.view(), x.narrow(0, n, 1).contiguous(), avx512), one_thread.narrow(0, n, 1)
+                                                                                            .contiguous()));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("int8 gemv: extreme values, where vpdpbusd sees x+128 = 1 or 255") {
+  // Every weight at ±127 and every x at ± its group maximum: the largest
+  // products and sums the integer path meets on one 6144-wide row.
+  const int64_t rows = 9, cols = 6144;
+  at::Tensor w = at::where(at::rand({rows, cols}) < 0.5, 1.0, -1.0).to(at::kBFloat16).contiguous();
+  const Problem p{w, at::where(at::rand({2, cols}) < 0.5, 3.0, -3.0).to(at::kFloat).contiguous()};
+  for (int64_t group : {int64_t(64), kGroupPerRow}) {
+    CAPTURE(group);
+    const QuantizedMatrix q = quantize_int8(p.view(), group);
+    // Exactly representable: q = ±127, x = ±127 levels, the sum is an integer
+    // times the scales, so every path must agree with the float64 product.
+    const at::Tensor expected = at::linear(p.x.to(at::kDouble), w.to(at::kDouble));
+    const at::Tensor int8_x = run_int8(q.view(), p.x, Int8Path::Int8XScalar);
+    CHECK(at::allclose(int8_x.to(at::kDouble), expected, 1e-6, 1e-3));
+    if (path_supported(Int8Path::Int8XVnni)) CHECK(same_bits(run_int8(q.view(), p.x, Int8Path::Int8XVnni), int8_x));
+  }
+}
+
+TEST_CASE("gemv splits big matrices across the threads it is given") {
+  // at::parallel_for would silently run serially here (it is an inline
+  // template, and this file is not built with -fopenmp): the kernels must not.
+  std::vector<int64_t> ranges(4, -1);
+  std::vector<std::thread::id> thread_of(2);
+  {
+    ThreadCount t(2);
+    kernels::detail::for_row_ranges(1000, 4096, [&](int64_t begin, int64_t end) {
+      const int piece = begin == 0 ? 0 : 1;
+      ranges[2 * piece] = begin;
+      ranges[2 * piece + 1] = end;
+      thread_of[piece] = std::this_thread::get_id();
+    });
+  }
+  CHECK(ranges[0] == 0);
+  CHECK(ranges[1] == ranges[2]);
+  CHECK(ranges[3] == 1000);
+  CHECK(ranges[1] % kernels::detail::kRowAlignment == 0);
+  CHECK(thread_of[0] != thread_of[1]);
+  // Below the minimum piece size one thread does it all.
+  int calls = 0;
+  {
+    ThreadCount t(2);
+    kernels::detail::for_row_ranges(3, 4096, [&](int64_t, int64_t) { ++calls; });
+  }
+  CHECK(calls == 1);
 }
 
 TEST_CASE("int8 vs bf16 gemv on the real widths (error per group size)") {

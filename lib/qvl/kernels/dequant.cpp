@@ -1,6 +1,5 @@
 #include "qvl/kernels/dequant.h"
 
-#include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -8,6 +7,7 @@
 #include <cstring>
 
 #include "qvl/error.h"
+#include "qvl/kernels/detail.h"
 
 namespace qvl::kernels {
 namespace {
@@ -43,16 +43,15 @@ void dequantize_rows_into(const Int8Matrix& w, int64_t first_row, at::Tensor& ou
                             first_row, first_row + (out.dim() > 0 ? out.size(0) : 0), w.rows, w.cols,
                             c10::toString(out.scalar_type()), fmt::join(out.sizes(), ", ")));
   const int64_t rows = out.size(0);
-  // ~64 KiB of weights per task, as the GEMVs split their rows.
-  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, w.cols));
+  // Split as the GEMVs split their rows (at::parallel_for would run serially here).
   if (bf16) {
     uint16_t* dst = static_cast<uint16_t*>(out.data_ptr());
-    at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+    detail::for_row_ranges(rows, w.cols, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) dequantize_row(w, first_row + r, dst + r * w.cols, round_to_bf16);
     });
   } else {
     float* dst = out.data_ptr<float>();
-    at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+    detail::for_row_ranges(rows, w.cols, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r)
         dequantize_row(w, first_row + r, dst + r * w.cols, [](float v) { return v; });
     });

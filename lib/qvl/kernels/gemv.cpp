@@ -5,10 +5,12 @@
 
 #include <ATen/Parallel.h>
 #include <fmt/core.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <vector>
 
 #include "qvl/error.h"
@@ -61,8 +63,30 @@ namespace detail {
 
 void for_row_ranges(int64_t rows, int64_t bytes_per_row, const std::function<void(int64_t, int64_t)>& fn) {
   // Waking a second thread costs a few microseconds: not worth it below ~64 KiB.
-  const int64_t grain = std::max<int64_t>(1, (int64_t(64) << 10) / std::max<int64_t>(1, bytes_per_row));
-  at::parallel_for(0, rows, grain, fn);
+  const int64_t min_rows = std::max<int64_t>(1, kMinBytesPerThread / std::max<int64_t>(1, bytes_per_row));
+  const int64_t max_pieces = (rows + min_rows - 1) / min_rows;
+  if (max_pieces <= 1 || at::get_num_threads() <= 1 || omp_in_parallel()) return fn(0, rows);
+  std::exception_ptr error;
+  // Our own OpenMP region, not at::parallel_for: that is an inline template,
+  // serial in any file built without -fopenmp (all of ours but this one).
+  // Same libgomp, so the same worker threads as ATen's; and like ATen no
+  // num_threads clause (GOMP re-creates its team when it changes).
+#pragma omp parallel
+  {
+    const int64_t pieces = std::min<int64_t>(omp_get_num_threads(), max_pieces);
+    const int64_t rows_per_piece = round_up((rows + pieces - 1) / pieces, kRowAlignment);
+    const int64_t begin = omp_get_thread_num() * rows_per_piece;
+    const int64_t end = std::min(rows, begin + rows_per_piece);
+    if (begin < end) {
+      try {
+        fn(begin, end);
+      } catch (...) {
+#pragma omp critical(qvl_for_row_ranges)
+        if (!error) error = std::current_exception();
+      }
+    }
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 void bf16_fma_rows_scalar(const Bf16Job& job, int64_t row_begin, int64_t row_end) {
@@ -70,18 +94,16 @@ void bf16_fma_rows_scalar(const Bf16Job& job, int64_t row_begin, int64_t row_end
     const uint16_t* w = job.w + row * job.cols;
     for (int64_t n = 0; n < job.batch; ++n) {
       const float* x = job.x_split + n * job.padded_cols;
-      float even[kLanes] = {}, odd[kLanes] = {};
+      float lanes[kLanes] = {};
       for (int64_t chunk = 0; chunk < job.padded_cols; chunk += kBf16Chunk) {
         for (int i = 0; i < kLanes; ++i) {
           const int64_t k = chunk + 2 * i;
           const float w_even = k < job.cols ? bf16_to_float(w[k]) : 0.0f;
           const float w_odd = k + 1 < job.cols ? bf16_to_float(w[k + 1]) : 0.0f;
-          even[i] = std::fma(w_even, x[chunk + i], even[i]);
-          odd[i] = std::fma(w_odd, x[chunk + kLanes + i], odd[i]);
+          lanes[i] = std::fma(w_even, x[chunk + i], lanes[i]);
+          lanes[i] = std::fma(w_odd, x[chunk + kLanes + i], lanes[i]);
         }
       }
-      float lanes[kLanes];
-      for (int i = 0; i < kLanes; ++i) lanes[i] = even[i] + odd[i];
       job.y[n * job.rows + row] = reduce_lanes(lanes);
     }
   }

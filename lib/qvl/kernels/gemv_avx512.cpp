@@ -8,95 +8,28 @@
 namespace qvl::kernels::detail {
 namespace {
 
-// How far ahead of the current chunk each row stream is prefetched.
-constexpr int64_t kPrefetchBytes = 1024;
-
-// Rows handled together: they share each load of x. Chosen per batch so the
-// accumulators (2 per row and vector) fit in the 32 zmm registers.
-constexpr int rows_per_block(int batch) { return batch <= 2 ? 4 : batch <= 4 ? 2 : 1; }
-
-template <int N, int R>
-void fma_block(const Bf16Job& job, int64_t row) {
-  const uint16_t* w[R];
-  for (int r = 0; r < R; ++r) w[r] = job.w + (row + r) * job.cols;
-  const __m512i high_half = _mm512_set1_epi32(int(0xffff0000u));
-  __m512 even[R][N], odd[R][N];
-  for (int r = 0; r < R; ++r)
-    for (int n = 0; n < N; ++n) even[r][n] = odd[r][n] = _mm512_setzero_ps();
-
-  auto accumulate = [&](int64_t k, __m512i (&packed)[R]) {
-    __m512 x_even[N], x_odd[N];
-    for (int n = 0; n < N; ++n) {
-      x_even[n] = _mm512_loadu_ps(job.x_split + n * job.padded_cols + k);
-      x_odd[n] = _mm512_loadu_ps(job.x_split + n * job.padded_cols + k + kLanes);
-    }
-    for (int r = 0; r < R; ++r) {
-      const __m512 w_even = _mm512_castsi512_ps(_mm512_slli_epi32(packed[r], 16));
-      const __m512 w_odd = _mm512_castsi512_ps(_mm512_and_si512(packed[r], high_half));
-      for (int n = 0; n < N; ++n) {
-        even[r][n] = _mm512_fmadd_ps(w_even, x_even[n], even[r][n]);
-        odd[r][n] = _mm512_fmadd_ps(w_odd, x_odd[n], odd[r][n]);
-      }
-    }
-  };
-
-  const int64_t full_chunks_end = job.cols / kBf16Chunk * kBf16Chunk;
-  int64_t k = 0;
-  for (; k < full_chunks_end; k += kBf16Chunk) {
-    __m512i packed[R];
-    for (int r = 0; r < R; ++r) {
-      _mm_prefetch(reinterpret_cast<const char*>(w[r] + k) + kPrefetchBytes, _MM_HINT_T0);
-      packed[r] = _mm512_loadu_si512(w[r] + k);
-    }
-    accumulate(k, packed);
-  }
-  if (k < job.cols) {
-    const __mmask32 valid = __mmask32((uint64_t(1) << (job.cols - k)) - 1);
-    __m512i packed[R];
-    for (int r = 0; r < R; ++r) packed[r] = _mm512_maskz_loadu_epi16(valid, w[r] + k);
-    accumulate(k, packed);
-  }
-
-  for (int r = 0; r < R; ++r)
-    for (int n = 0; n < N; ++n) {
-      alignas(64) float lanes[kLanes];
-      _mm512_store_ps(lanes, _mm512_add_ps(even[r][n], odd[r][n]));
-      job.y[n * job.rows + row + r] = reduce_lanes(lanes);
-    }
+// A chunk of 32 bf16 weights as floats: element 2i sits in the high half of
+// 32-bit lane i's low word, so shifting it up gives its float; element 2i+1
+// is already the high half and needs its low word cleared.
+inline __m512 even_weights(__m512i packed) { return _mm512_castsi512_ps(_mm512_slli_epi32(packed, 16)); }
+inline __m512 odd_weights(__m512i packed) {
+  return _mm512_castsi512_ps(_mm512_and_si512(packed, _mm512_set1_epi32(int(0xffff0000u))));
 }
 
-template <int N, int R>
-void dot_block(const Bf16Job& job, int64_t row) {
-  const uint16_t* w[R];
-  for (int r = 0; r < R; ++r) w[r] = job.w + (row + r) * job.cols;
-  __m512 acc[R][N];
-  for (int r = 0; r < R; ++r)
-    for (int n = 0; n < N; ++n) acc[r][n] = _mm512_setzero_ps();
-
-  auto accumulate = [&](int64_t k, __m512i (&packed)[R]) {
-    __m512i x[N];
-    for (int n = 0; n < N; ++n) x[n] = _mm512_loadu_si512(job.x_bf16 + n * job.padded_cols + k);
-    for (int r = 0; r < R; ++r)
-      for (int n = 0; n < N; ++n) acc[r][n] = _mm512_dpbf16_ps(acc[r][n], (__m512bh)packed[r], (__m512bh)x[n]);
-  };
-
-  const int64_t full_chunks_end = job.cols / kBf16Chunk * kBf16Chunk;
-  int64_t k = 0;
-  for (; k < full_chunks_end; k += kBf16Chunk) {
-    __m512i packed[R];
-    for (int r = 0; r < R; ++r) {
-      _mm_prefetch(reinterpret_cast<const char*>(w[r] + k) + kPrefetchBytes, _MM_HINT_T0);
-      packed[r] = _mm512_loadu_si512(w[r] + k);
-    }
-    accumulate(k, packed);
-  }
-  if (k < job.cols) {
-    const __mmask32 valid = __mmask32((uint64_t(1) << (job.cols - k)) - 1);
-    __m512i packed[R];
+// Loads chunk k of each of R rows (zero past cols), prefetching ahead.
+template <int R>
+inline void load_chunk(const uint16_t* const (&w)[R], int64_t k, int64_t cols, __m512i (&packed)[R]) {
+  if (k + kBf16Chunk <= cols) {
+    prefetch_ahead(w, k, cols);
+    for (int r = 0; r < R; ++r) packed[r] = _mm512_loadu_si512(w[r] + k);
+  } else {
+    const __mmask32 valid = __mmask32((uint64_t(1) << (cols - k)) - 1);
     for (int r = 0; r < R; ++r) packed[r] = _mm512_maskz_loadu_epi16(valid, w[r] + k);
-    accumulate(k, packed);
   }
+}
 
+template <int R, int N>
+inline void store_sums(const Bf16Job& job, int64_t row, __m512 (&acc)[R][N]) {
   for (int r = 0; r < R; ++r)
     for (int n = 0; n < N; ++n) {
       alignas(64) float lanes[kLanes];
@@ -105,34 +38,66 @@ void dot_block(const Bf16Job& job, int64_t row) {
     }
 }
 
-template <int N, template <int, int> class Block>
-void rows_for_batch(const Bf16Job& job, int64_t begin, int64_t end) {
-  constexpr int R = rows_per_block(N);
-  int64_t row = begin;
-  for (; row + R <= end; row += R) Block<N, R>::run(job, row);
-  for (; row < end; ++row) Block<N, 1>::run(job, row);
-}
+// Rows per block, measured (tests/model/bench_kernels.cpp): more rows share
+// each x load and keep more streams in flight, until the R·N accumulators,
+// the weights and the x chunk no longer fit in 32 registers.
+// (Batch 1 measured the same with 8 rows as with 4.)
+constexpr int bf16_rows_per_block(int batch) { return batch <= 4 ? 4 : 3; }
 
-template <int N, int R> struct FmaBlock { static void run(const Bf16Job& j, int64_t row) { fma_block<N, R>(j, row); } };
-template <int N, int R> struct DotBlock { static void run(const Bf16Job& j, int64_t row) { dot_block<N, R>(j, row); } };
-
-template <template <int, int> class Block>
-void rows_any_batch(const Bf16Job& job, int64_t begin, int64_t end) {
-  switch (job.batch) {
-    case 1: return rows_for_batch<1, Block>(job, begin, end);
-    case 2: return rows_for_batch<2, Block>(job, begin, end);
-    case 3: return rows_for_batch<3, Block>(job, begin, end);
-    case 4: return rows_for_batch<4, Block>(job, begin, end);
-    case 5: return rows_for_batch<5, Block>(job, begin, end);
-    case 6: return rows_for_batch<6, Block>(job, begin, end);
-    case 7: return rows_for_batch<7, Block>(job, begin, end);
-    case 8: return rows_for_batch<8, Block>(job, begin, end);
+// x exact in float32. One accumulator per row and vector; per chunk it adds
+// w_even · x_even, then w_odd · x_odd (the order bf16_fma_rows_scalar keeps).
+struct FmaKernel {
+  static constexpr int rows_per_block(int batch) { return bf16_rows_per_block(batch); }
+  template <int N, int R>
+  static void block(const Bf16Job& job, int64_t row) {
+    const uint16_t* w[R];
+    for (int r = 0; r < R; ++r) w[r] = job.w + (row + r) * job.cols;
+    __m512 acc[R][N];
+    for (int r = 0; r < R; ++r)
+      for (int n = 0; n < N; ++n) acc[r][n] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < job.cols; k += kBf16Chunk) {
+      __m512i packed[R];
+      load_chunk(w, k, job.cols, packed);
+      __m512 w_even[R], w_odd[R];
+      for (int r = 0; r < R; ++r) w_even[r] = even_weights(packed[r]), w_odd[r] = odd_weights(packed[r]);
+      for (int n = 0; n < N; ++n) {
+        const float* x = job.x_split + n * job.padded_cols + k;
+        const __m512 x_even = _mm512_loadu_ps(x), x_odd = _mm512_loadu_ps(x + kLanes);
+        for (int r = 0; r < R; ++r) {
+          acc[r][n] = _mm512_fmadd_ps(w_even[r], x_even, acc[r][n]);
+          acc[r][n] = _mm512_fmadd_ps(w_odd[r], x_odd, acc[r][n]);
+        }
+      }
+    }
+    store_sums(job, row, acc);
   }
-}
+};
+
+// x rounded to bf16: one dpbf16 per chunk does all 32 products.
+struct DotKernel {
+  static constexpr int rows_per_block(int batch) { return bf16_rows_per_block(batch); }
+  template <int N, int R>
+  static void block(const Bf16Job& job, int64_t row) {
+    const uint16_t* w[R];
+    for (int r = 0; r < R; ++r) w[r] = job.w + (row + r) * job.cols;
+    __m512 acc[R][N];
+    for (int r = 0; r < R; ++r)
+      for (int n = 0; n < N; ++n) acc[r][n] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < job.cols; k += kBf16Chunk) {
+      __m512i packed[R];
+      load_chunk(w, k, job.cols, packed);
+      for (int n = 0; n < N; ++n) {
+        const __m512bh x = (__m512bh)_mm512_loadu_si512(job.x_bf16 + n * job.padded_cols + k);
+        for (int r = 0; r < R; ++r) acc[r][n] = _mm512_dpbf16_ps(acc[r][n], (__m512bh)packed[r], x);
+      }
+    }
+    store_sums(job, row, acc);
+  }
+};
 
 }  // namespace
 
-void bf16_fma_rows_avx512(const Bf16Job& job, int64_t begin, int64_t end) { rows_any_batch<FmaBlock>(job, begin, end); }
-void bf16_dot_rows_avx512(const Bf16Job& job, int64_t begin, int64_t end) { rows_any_batch<DotBlock>(job, begin, end); }
+void bf16_fma_rows_avx512(const Bf16Job& job, int64_t begin, int64_t end) { run_blocks<FmaKernel>(job, begin, end); }
+void bf16_dot_rows_avx512(const Bf16Job& job, int64_t begin, int64_t end) { run_blocks<DotKernel>(job, begin, end); }
 
 }  // namespace qvl::kernels::detail

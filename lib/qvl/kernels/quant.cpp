@@ -2,7 +2,6 @@
 // preparation and portable kernels (the AVX-512 ones are in quant_avx512.cpp).
 #include "qvl/kernels/quant.h"
 
-#include <ATen/Parallel.h>
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -113,40 +112,32 @@ void int8_float_rows_scalar(const Int8Job& job, int64_t row_begin, int64_t row_e
     const int8_t* w = job.w + row * job.padded_cols;
     for (int64_t n = 0; n < job.batch; ++n) {
       const float* x = job.x + n * job.padded_cols;
-      float total[kLanes] = {};
-      for (int64_t g = 0; g < groups; ++g) {
-        float group[kLanes] = {};
-        for (int64_t k = g * job.group_size; k < (g + 1) * job.group_size; k += kLanes)
-          for (int i = 0; i < kLanes; ++i) group[i] = std::fma(float(w[k + i]), x[k + i], group[i]);
-        const float scale = job.w_scales[row * groups + g];
-        for (int i = 0; i < kLanes; ++i) total[i] = std::fma(group[i], scale, total[i]);
+      float lanes[kLanes] = {};
+      for (int64_t k = 0; k < job.padded_cols; k += kLanes) {
+        const float scale = job.w_scales[row * groups + k / job.group_size];
+        for (int i = 0; i < kLanes; ++i) lanes[i] = std::fma(float(w[k + i]) * scale, x[k + i], lanes[i]);
       }
-      job.y[n * job.rows + row] = reduce_lanes(total);
+      job.y[n * job.rows + row] = reduce_lanes(lanes);
     }
   }
 }
 
 void int8_vnni_rows_scalar(const Int8Job& job, int64_t row_begin, int64_t row_end) {
   const int64_t groups = job.padded_cols / job.group_size;
-  const int64_t chunks_per_row = job.padded_cols / kInt8Chunk;
   for (int64_t row = row_begin; row < row_end; ++row) {
     const int8_t* w = job.w + row * job.padded_cols;
     for (int64_t n = 0; n < job.batch; ++n) {
-      const uint8_t* x_abs = job.x_abs + n * job.padded_cols;
-      const uint64_t* x_negative = job.x_negative + n * chunks_per_row;
-      float total[kLanes] = {};
+      const uint8_t* x_biased = job.x_biased + n * job.padded_cols;
+      float lanes[kLanes] = {};
       for (int64_t g = 0; g < groups; ++g) {
-        // vpdpbusd: lane i of a 64-byte chunk sums elements 4i..4i+3.
-        int32_t group[kLanes] = {};
-        for (int64_t k = g * job.group_size; k < (g + 1) * job.group_size; ++k) {
-          const int within = int(k % kInt8Chunk);
-          const bool negative = (x_negative[k / kInt8Chunk] >> within) & 1;
-          group[within / 4] += int32_t(x_abs[k]) * (negative ? -int32_t(w[k]) : int32_t(w[k]));
-        }
+        // As vpdpbusd sums: lane i of a 64-byte chunk gets elements 4i..4i+3.
+        int32_t dot[kLanes] = {};
+        for (int64_t k = g * job.group_size; k < (g + 1) * job.group_size; ++k)
+          dot[k % kInt8Chunk / 4] += (int32_t(x_biased[k]) - 128) * int32_t(w[k]);
         const float scale = job.w_scales[row * groups + g] * job.x_scales[n * groups + g];
-        for (int i = 0; i < kLanes; ++i) total[i] = std::fma(float(group[i]), scale, total[i]);
+        for (int i = 0; i < kLanes; ++i) lanes[i] = std::fma(float(dot[i]), scale, lanes[i]);
       }
-      job.y[n * job.rows + row] = reduce_lanes(total);
+      job.y[n * job.rows + row] = reduce_lanes(lanes);
     }
   }
 }
@@ -156,14 +147,12 @@ void int8_vnni_rows_scalar(const Int8Job& job, int64_t row_begin, int64_t row_en
 namespace {
 
 thread_local std::vector<float> x_padded_buffer;
-thread_local std::vector<uint8_t> x_abs_buffer;
-thread_local std::vector<uint64_t> x_negative_buffer;
+thread_local std::vector<uint8_t> x_biased_buffer;
 thread_local std::vector<float> x_scales_buffer;
 
-// Symmetric per-group int8 of x, stored as magnitude + sign bits (see Int8Job).
-void quantize_x(const float* x, const Int8Matrix& w, uint8_t* x_abs, uint64_t* x_negative, float* x_scales) {
-  std::fill(x_abs, x_abs + w.padded_cols, uint8_t(0));
-  std::fill(x_negative, x_negative + w.padded_cols / kInt8Chunk, uint64_t(0));
+// Symmetric per-group int8 of x, stored biased by 128 (see Int8Job).
+void quantize_x(const float* x, const Int8Matrix& w, uint8_t* x_biased, float* x_scales) {
+  std::fill(x_biased, x_biased + w.padded_cols, uint8_t(128));
   for (int64_t g = 0; g < w.groups(); ++g) {
     const int64_t first = g * w.group_size, last = std::min(first + w.group_size, w.cols);
     float max_abs = 0.0f;
@@ -171,11 +160,8 @@ void quantize_x(const float* x, const Int8Matrix& w, uint8_t* x_abs, uint64_t* x
     const float scale = max_abs / 127.0f;
     x_scales[g] = scale;
     if (scale == 0.0f) continue;
-    for (int64_t k = first; k < last; ++k) {
-      const float level = std::clamp(std::nearbyint(x[k] / scale), -127.0f, 127.0f);
-      x_abs[k] = uint8_t(std::fabs(level));
-      if (level < 0) x_negative[k / kInt8Chunk] |= uint64_t(1) << (k % kInt8Chunk);
-    }
+    for (int64_t k = first; k < last; ++k)
+      x_biased[k] = uint8_t(int(std::clamp(std::nearbyint(x[k] / scale), -127.0f, 127.0f)) + 128);
   }
 }
 
@@ -206,14 +192,11 @@ void gemv_int8(const Int8Matrix& w, const float* x, float* y, int64_t batch, Int
     job.x = x_padded_buffer.data();
     rows_kernel = path == Int8Path::FloatXAvx512 ? int8_float_rows_avx512 : int8_float_rows_scalar;
   } else {
-    x_abs_buffer.resize(size_t(batch * w.padded_cols));
-    x_negative_buffer.resize(size_t(batch * w.padded_cols / kInt8Chunk));
+    x_biased_buffer.resize(size_t(batch * w.padded_cols));
     x_scales_buffer.resize(size_t(batch * w.groups()));
     for (int64_t n = 0; n < batch; ++n)
-      quantize_x(x + n * w.cols, w, x_abs_buffer.data() + n * w.padded_cols,
-                 x_negative_buffer.data() + n * w.padded_cols / kInt8Chunk, x_scales_buffer.data() + n * w.groups());
-    job.x_abs = x_abs_buffer.data();
-    job.x_negative = x_negative_buffer.data();
+      quantize_x(x + n * w.cols, w, x_biased_buffer.data() + n * w.padded_cols, x_scales_buffer.data() + n * w.groups());
+    job.x_biased = x_biased_buffer.data();
     job.x_scales = x_scales_buffer.data();
     rows_kernel = path == Int8Path::Int8XVnni ? int8_vnni_rows_avx512 : int8_vnni_rows_scalar;
   }

@@ -57,7 +57,7 @@ void dequantize_int8(const Int8Matrix& w, float* out);
 enum class Int8Path {
   Best,            // Int8XVnni when the CPU has AVX512-VNNI, else Int8XScalar
   FloatXScalar,    // portable; the same bits as FloatXAvx512
-  FloatXAvx512,    // int8 -> float, FMA with x as given: no error added to x
+  FloatXAvx512,    // weights dequantized to float (q · scale), FMA with x as given
   Int8XScalar,     // portable; the same bits as Int8XVnni
   Int8XVnni,       // x quantized per group to int8 too, integer dot products
 };

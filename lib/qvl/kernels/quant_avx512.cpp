@@ -7,129 +7,108 @@
 namespace qvl::kernels::detail {
 namespace {
 
-constexpr int64_t kPrefetchBytes = 1024;
-
-constexpr int rows_per_block(int batch) { return batch <= 2 ? 4 : batch <= 4 ? 2 : 1; }
-
-template <int N, int R>
-void float_block(const Int8Job& job, int64_t row) {
-  const int64_t groups = job.padded_cols / job.group_size;
-  const int8_t* w[R];
-  for (int r = 0; r < R; ++r) w[r] = job.w + (row + r) * job.padded_cols;
-  __m512 total[R][N];
+template <int R, int N>
+inline void store_sums(const Int8Job& job, int64_t row, __m512 (&total)[R][N]) {
   for (int r = 0; r < R; ++r)
-    for (int n = 0; n < N; ++n) total[r][n] = _mm512_setzero_ps();
+    for (int n = 0; n < N; ++n) {
+      alignas(64) float lanes[kLanes];
+      _mm512_store_ps(lanes, total[r][n]);
+      job.y[n * job.rows + row + r] = reduce_lanes(lanes);
+    }
+}
 
-  for (int64_t g = 0; g < groups; ++g) {
-    __m512 group[R][N];
+// x exact in float32: each 16 weights become floats q · scale (the
+// dequantized weights, rounded as dequantize_int8 rounds them) and one FMA per
+// vector adds them in: R·N accumulators.
+struct FloatKernel {
+  // Measured (bench_kernels.cpp); R·N accumulators + R weights + x fit.
+  static constexpr int rows_per_block(int batch) { return batch == 1 ? 8 : batch <= 4 ? 4 : 3; }
+  template <int N, int R>
+  static void block(const Int8Job& job, int64_t row) {
+    const int64_t groups = job.padded_cols / job.group_size;
+    const int8_t* w[R];
+    for (int r = 0; r < R; ++r) w[r] = job.w + (row + r) * job.padded_cols;
+    __m512 total[R][N];
     for (int r = 0; r < R; ++r)
-      for (int n = 0; n < N; ++n) group[r][n] = _mm512_setzero_ps();
-    const int64_t group_end = (g + 1) * job.group_size;
-    for (int64_t chunk = g * job.group_size; chunk < group_end; chunk += kInt8Chunk) {
-      for (int r = 0; r < R; ++r)
-        _mm_prefetch(reinterpret_cast<const char*>(w[r] + chunk) + kPrefetchBytes, _MM_HINT_T0);
-      for (int64_t k = chunk; k < chunk + kInt8Chunk; k += kLanes) {
-        __m512 x[N];
-        for (int n = 0; n < N; ++n) x[n] = _mm512_loadu_ps(job.x + n * job.padded_cols + k);
+      for (int n = 0; n < N; ++n) total[r][n] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < groups; ++g) {
+      __m512 scale[R];
+      for (int r = 0; r < R; ++r) scale[r] = _mm512_set1_ps(job.w_scales[(row + r) * groups + g]);
+      const int64_t group_end = (g + 1) * job.group_size;
+      for (int64_t k = g * job.group_size; k < group_end; k += kLanes) {
+        if (k % kInt8Chunk == 0) prefetch_ahead(w, k, job.padded_cols);
+        __m512 weights[R];
         for (int r = 0; r < R; ++r) {
           const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[r] + k));
-          const __m512 weights = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes));
-          for (int n = 0; n < N; ++n) group[r][n] = _mm512_fmadd_ps(weights, x[n], group[r][n]);
+          weights[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes)), scale[r]);
+        }
+        for (int n = 0; n < N; ++n) {
+          const __m512 x = _mm512_loadu_ps(job.x + n * job.padded_cols + k);
+          for (int r = 0; r < R; ++r) total[r][n] = _mm512_fmadd_ps(weights[r], x, total[r][n]);
         }
       }
     }
-    for (int r = 0; r < R; ++r) {
-      const __m512 scale = _mm512_set1_ps(job.w_scales[(row + r) * groups + g]);
-      for (int n = 0; n < N; ++n) total[r][n] = _mm512_fmadd_ps(group[r][n], scale, total[r][n]);
-    }
+    store_sums(job, row, total);
   }
+};
 
-  for (int r = 0; r < R; ++r)
-    for (int n = 0; n < N; ++n) {
-      alignas(64) float lanes[kLanes];
-      _mm512_store_ps(lanes, total[r][n]);
-      job.y[n * job.rows + row + r] = reduce_lanes(lanes);
-    }
-}
-
-template <int N, int R>
-void vnni_block(const Int8Job& job, int64_t row) {
-  const int64_t groups = job.padded_cols / job.group_size;
-  const int64_t chunks_per_row = job.padded_cols / kInt8Chunk;
-  const int8_t* w[R];
-  for (int r = 0; r < R; ++r) w[r] = job.w + (row + r) * job.padded_cols;
-  const __m512i zero = _mm512_setzero_si512();
-  __m512 total[R][N];
-  for (int r = 0; r < R; ++r)
-    for (int n = 0; n < N; ++n) total[r][n] = _mm512_setzero_ps();
-
-  for (int64_t g = 0; g < groups; ++g) {
-    __m512i group[R][N];
+// x as biased bytes (see Int8Job): per group, integer dot products by
+// vpdpbusd, the 128·sum q correction, then one FMA by the two scales.
+struct VnniKernel {
+  // The largest R whose 2·R·N accumulators, R weight sums, R weights and x
+  // fit in 32 registers (measured: spilling costs more than fewer rows).
+  static constexpr int rows_per_block(int batch) {
+    for (int rows = 4; rows > 1; --rows)
+      if (2 * rows * batch + 2 * rows + 1 <= 31) return rows;
+    return 1;
+  }
+  template <int N, int R>
+  static void block(const Int8Job& job, int64_t row) {
+    const int64_t groups = job.padded_cols / job.group_size;
+    const int8_t* w[R];
+    for (int r = 0; r < R; ++r) w[r] = job.w + (row + r) * job.padded_cols;
+    const __m512i ones = _mm512_set1_epi8(1);
+    __m512 total[R][N];
     for (int r = 0; r < R; ++r)
-      for (int n = 0; n < N; ++n) group[r][n] = zero;
-    const int64_t group_end = (g + 1) * job.group_size;
-    for (int64_t k = g * job.group_size; k < group_end; k += kInt8Chunk) {
-      __m512i x_abs[N];
-      __mmask64 x_negative[N];
-      for (int n = 0; n < N; ++n) {
-        x_abs[n] = _mm512_loadu_si512(job.x_abs + n * job.padded_cols + k);
-        x_negative[n] = _cvtu64_mask64(job.x_negative[n * chunks_per_row + k / kInt8Chunk]);
+      for (int n = 0; n < N; ++n) total[r][n] = _mm512_setzero_ps();
+
+    for (int64_t g = 0; g < groups; ++g) {
+      __m512i dot[R][N], weight_sum[R];
+      for (int r = 0; r < R; ++r) {
+        weight_sum[r] = _mm512_setzero_si512();
+        for (int n = 0; n < N; ++n) dot[r][n] = _mm512_setzero_si512();
+      }
+      const int64_t group_end = (g + 1) * job.group_size;
+      for (int64_t k = g * job.group_size; k < group_end; k += kInt8Chunk) {
+        __m512i weights[R];
+        prefetch_ahead(w, k, job.padded_cols);
+        for (int r = 0; r < R; ++r) {
+          weights[r] = _mm512_loadu_si512(w[r] + k);
+          weight_sum[r] = _mm512_dpbusd_epi32(weight_sum[r], ones, weights[r]);
+        }
+        for (int n = 0; n < N; ++n) {
+          const __m512i x = _mm512_loadu_si512(job.x_biased + n * job.padded_cols + k);
+          for (int r = 0; r < R; ++r) dot[r][n] = _mm512_dpbusd_epi32(dot[r][n], x, weights[r]);
+        }
       }
       for (int r = 0; r < R; ++r) {
-        _mm_prefetch(reinterpret_cast<const char*>(w[r] + k) + kPrefetchBytes, _MM_HINT_T0);
-        const __m512i weights = _mm512_loadu_si512(w[r] + k);
+        // Integer arithmetic modulo 2^32: exact whenever sum xq·q fits in int32.
+        const __m512i bias = _mm512_slli_epi32(weight_sum[r], 7);
+        const float w_scale = job.w_scales[(row + r) * groups + g];
         for (int n = 0; n < N; ++n) {
-          // |x| is the unsigned operand, so the weight carries x's sign.
-          const __m512i signed_weights = _mm512_mask_sub_epi8(weights, x_negative[n], zero, weights);
-          group[r][n] = _mm512_dpbusd_epi32(group[r][n], x_abs[n], signed_weights);
+          const __m512 scale = _mm512_set1_ps(w_scale * job.x_scales[n * groups + g]);
+          const __m512 exact = _mm512_cvtepi32_ps(_mm512_sub_epi32(dot[r][n], bias));
+          total[r][n] = _mm512_fmadd_ps(exact, scale, total[r][n]);
         }
       }
     }
-    for (int r = 0; r < R; ++r) {
-      const float w_scale = job.w_scales[(row + r) * groups + g];
-      for (int n = 0; n < N; ++n) {
-        const __m512 scale = _mm512_set1_ps(w_scale * job.x_scales[n * groups + g]);
-        total[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(group[r][n]), scale, total[r][n]);
-      }
-    }
+    store_sums(job, row, total);
   }
-
-  for (int r = 0; r < R; ++r)
-    for (int n = 0; n < N; ++n) {
-      alignas(64) float lanes[kLanes];
-      _mm512_store_ps(lanes, total[r][n]);
-      job.y[n * job.rows + row + r] = reduce_lanes(lanes);
-    }
-}
-
-template <int N, int R> struct FloatBlock { static void run(const Int8Job& j, int64_t row) { float_block<N, R>(j, row); } };
-template <int N, int R> struct VnniBlock { static void run(const Int8Job& j, int64_t row) { vnni_block<N, R>(j, row); } };
-
-template <int N, template <int, int> class Block>
-void rows_for_batch(const Int8Job& job, int64_t begin, int64_t end) {
-  constexpr int R = rows_per_block(N);
-  int64_t row = begin;
-  for (; row + R <= end; row += R) Block<N, R>::run(job, row);
-  for (; row < end; ++row) Block<N, 1>::run(job, row);
-}
-
-template <template <int, int> class Block>
-void rows_any_batch(const Int8Job& job, int64_t begin, int64_t end) {
-  switch (job.batch) {
-    case 1: return rows_for_batch<1, Block>(job, begin, end);
-    case 2: return rows_for_batch<2, Block>(job, begin, end);
-    case 3: return rows_for_batch<3, Block>(job, begin, end);
-    case 4: return rows_for_batch<4, Block>(job, begin, end);
-    case 5: return rows_for_batch<5, Block>(job, begin, end);
-    case 6: return rows_for_batch<6, Block>(job, begin, end);
-    case 7: return rows_for_batch<7, Block>(job, begin, end);
-    case 8: return rows_for_batch<8, Block>(job, begin, end);
-  }
-}
+};
 
 }  // namespace
 
-void int8_float_rows_avx512(const Int8Job& job, int64_t begin, int64_t end) { rows_any_batch<FloatBlock>(job, begin, end); }
-void int8_vnni_rows_avx512(const Int8Job& job, int64_t begin, int64_t end) { rows_any_batch<VnniBlock>(job, begin, end); }
+void int8_float_rows_avx512(const Int8Job& job, int64_t begin, int64_t end) { run_blocks<FloatKernel>(job, begin, end); }
+void int8_vnni_rows_avx512(const Int8Job& job, int64_t begin, int64_t end) { run_blocks<VnniKernel>(job, begin, end); }
 
 }  // namespace qvl::kernels::detail
