@@ -1,0 +1,72 @@
+// The non-matmul work of a text decode step, one pass each instead of the
+// chain of small allocating ATen ops layer.cpp uses: RMS norm, per-head q/k
+// norm fused with the rotary embedding, attention of one new token per
+// sequence over its own KV cache, SiLU(gate)·up and the residual add.
+//
+// Plain pointers and sizes (no torch headers), so the decoder can hand over
+// tensors' data pointers. Activations are float32 or bfloat16 (raw bits); the
+// arithmetic is float32 and every rounding to bf16 happens where the ATen
+// formulation in layer.cpp / rope.cpp rounds, so the norms and the rotary give
+// the same bits as ATen. The Scalar and Avx512 paths give the same bits as each
+// other on every kernel.
+#pragma once
+#include <cstdint>
+
+#include "qvl/kernels/vision_ops.h"  // Storage, VecPath
+
+namespace qvl::kernels {
+
+// y = round(round(x · 1/sqrt(mean(x²) + eps)) · weight) for `rows` rows of
+// `cols` values; weight [cols] has the same storage as x. round() is a no-op
+// for F32. mean(x²) is summed in the exact order of ATen's CPU sum, so the
+// result equals layer.cpp's rms_norm bit for bit (for cols < 32768, where ATen
+// never splits a row across threads). y may be x.
+void rms_norm_rows(Storage s, const void* x, const void* weight, void* y, int64_t rows, int64_t cols, double eps,
+                   VecPath path = VecPath::Best);
+
+// The q (or k) path of attention for one token per row:
+//   y = apply_rope(rms_norm(x, weight, eps), cos/sin of the token)
+// x and y are [tokens, heads, head_dim] (y may be x), weight [head_dim] in x's
+// storage, cos/sin [tokens, head_dim] float32 (RopeTables rows: token t uses
+// row t). Same bits as rope.cpp's apply_rope after layer.cpp's rms_norm.
+void head_norm_rope(Storage s, const void* x, const void* weight, const float* cos, const float* sin, void* y,
+                    int64_t tokens, int64_t heads, int64_t head_dim, double eps, VecPath path = VecPath::Best);
+
+// One sequence's cache for one layer, owned elsewhere (KvCache): keys and
+// values are [kv_heads, capacity, head_dim] contiguous in the attention's
+// storage, and positions [0, visible) are attended (the new token's key and
+// value already stored at visible - 1).
+struct KvSequence {
+  const void* keys = nullptr;
+  const void* values = nullptr;
+  int64_t capacity = 0;
+  int64_t visible = 0;
+};
+
+struct AttentionShape {
+  int64_t heads = 0;     // query heads; head h uses kv head h / (heads / kv_heads)
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+};
+
+// Attention of one query per sequence: q [batch, heads, head_dim], out
+// [batch, heads · head_dim], sequences[b] is sequence b's cache. Scores
+// q·k/sqrt(head_dim) and the softmax are float32; for BF16 the probabilities
+// are rounded to bf16 before Σ p·v (as layer.cpp's probs.to(values dtype)),
+// which is accumulated in float32 and rounded once. (sequence, kv head) pairs
+// are split over ATen's pool. Throws qvl::Error on inconsistent shapes.
+void decode_attention(Storage s, const void* q, const KvSequence* sequences, int64_t batch,
+                      const AttentionShape& shape, void* out, VecPath path = VecPath::Best);
+
+// gate = silu(gate) · up on n values: silu(g) = g / (1 + e^-g) in float32,
+// rounded to the storage, then the product, rounded. The exponential is a
+// polynomial within a few float ulps, so results may sit one bf16 step from
+// the exactly rounded value. (ATen 1.13's bf16 at::silu_ rounds e^-g and
+// 1 + e^-g to bf16 as well and lands up to ~2 steps away; its float32 silu is
+// this formula.)
+void silu_mul(Storage s, void* gate, const void* up, int64_t n, VecPath path = VecPath::Best);
+
+// x += add on n values (rounded once to the storage, exactly as ATen's add).
+void add_into(Storage s, void* x, const void* add, int64_t n, VecPath path = VecPath::Best);
+
+}  // namespace qvl::kernels

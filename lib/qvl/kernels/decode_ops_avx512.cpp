@@ -1,0 +1,346 @@
+// AVX-512 versions of the decode kernels. This file alone of them is compiled
+// with -mavx512* (lib/CMakeLists.txt) and is only entered after a run-time CPU
+// check; everything in it has internal linkage or lives in decode_detail.
+#include <immintrin.h>
+
+#include <cmath>
+
+#include "qvl/kernels/decode_ops_detail.h"
+
+namespace qvl::kernels::decode_detail {
+namespace {
+
+constexpr int kLanes = 16;
+
+__mmask16 tail_mask(int64_t remaining) {
+  return remaining >= kLanes ? __mmask16(0xffff) : __mmask16((1u << remaining) - 1);
+}
+
+// bf16 bits of each lane in the low half of a 32-bit lane, rounded to nearest
+// even as gemv.h's float_to_bf16 does (a NaN stays a NaN).
+__m512i bf16_bits(__m512 v) {
+  const __m512i bits = _mm512_castps_si512(v);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
+  const __m512i quiet_nan = _mm512_or_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x40));
+  return _mm512_mask_mov_epi32(rounded, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), quiet_nan);
+}
+
+// Loads and stores of 16 values as floats; masked-off lanes load as 0.
+__m512 load(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+__m512 load(const uint16_t* p, __mmask16 m) {
+  const __m512i widened = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(widened, 16));
+}
+void store(float* p, __m512 v, __mmask16 m) { _mm512_mask_storeu_ps(p, m, v); }
+void store(uint16_t* p, __m512 v, __mmask16 m) { _mm256_mask_storeu_epi16(p, m, _mm512_cvtepi32_epi16(bf16_bits(v))); }
+// The value a store to T would keep.
+__m512 round_to(const float*, __m512 v) { return v; }
+__m512 round_to(const uint16_t*, __m512 v) { return _mm512_castsi512_ps(_mm512_slli_epi32(bf16_bits(v), 16)); }
+
+// Lane i + 8, then i + 4, i + 2, i + 1 into lane 0 (the portable file adds in
+// the same order).
+float reduce_pairwise(__m512 v) {
+  const __m256 eight = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  const __m128 four = _mm_add_ps(_mm256_castps256_ps128(eight), _mm256_extractf128_ps(eight, 1));
+  const __m128 two = _mm_add_ps(four, _mm_movehl_ps(four, four));
+  return _mm_cvtss_f32(_mm_add_ss(two, _mm_shuffle_ps(two, two, 1)));
+}
+
+__m512 exp_poly(__m512 x) {
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(kExpMax)), _mm512_set1_ps(kExpMin));
+  const __m512 n =
+      _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2High), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Low), r);
+  __m512 p = _mm512_set1_ps(kExpTaylor[0]);
+  for (int i = 1; i < 8; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpTaylor[i]));
+  return _mm512_scalef_ps(p, n);
+}
+
+// ATen's sum order (see aten_sum_of_squares_scalar) on vectors of 16 or 8 lanes.
+struct Lanes16 {
+  using V = __m512;
+  static constexpr int kWidth = 16;
+  static V zero() { return _mm512_setzero_ps(); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V square(const float* p) {
+    const V v = _mm512_loadu_ps(p);
+    return _mm512_mul_ps(v, v);
+  }
+  static V square(const uint16_t* p) {
+    const V v = load(p, 0xffff);
+    return _mm512_mul_ps(v, v);
+  }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+};
+struct Lanes8 {
+  using V = __m256;
+  static constexpr int kWidth = 8;
+  static V zero() { return _mm256_setzero_ps(); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V square(const float* p) {
+    const V v = _mm256_loadu_ps(p);
+    return _mm256_mul_ps(v, v);
+  }
+  static V square(const uint16_t* p) {
+    const __m256i widened = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const V v = _mm256_castsi256_ps(_mm256_slli_epi32(widened, 16));
+    return _mm256_mul_ps(v, v);
+  }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+};
+
+float value_at(const float* p, int64_t i) { return p[i]; }
+float value_at(const uint16_t* p, int64_t i) { return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(int(p[i]) << 16))); }
+
+template <class L, class T>
+float cascade_sum_of_squares(const T* x, int64_t n) {
+  using V = typename L::V;
+  constexpr int W = L::kWidth;
+  const int64_t vectors = n / W, blocks = vectors / 4;
+  V acc[4][4];
+  for (auto& level : acc)
+    for (V& v : level) v = L::zero();
+  const auto add_block = [&](int64_t block) {
+    for (int k = 0; k < 4; ++k) acc[0][k] = L::add(acc[0][k], L::square(x + (block * 4 + k) * W));
+  };
+  int64_t block = 0;
+  while (block + 16 <= blocks) {
+    for (int j = 0; j < 16; ++j) add_block(block++);
+    for (int level = 1; level < 4; ++level) {
+      for (int k = 0; k < 4; ++k) {
+        acc[level][k] = L::add(acc[level][k], acc[level - 1][k]);
+        acc[level - 1][k] = L::zero();
+      }
+      if ((block & (int64_t(15) << (4 * level))) != 0) break;
+    }
+  }
+  for (; block < blocks; ++block) add_block(block);
+  for (int level = 1; level < 4; ++level)
+    for (int k = 0; k < 4; ++k) acc[0][k] = L::add(acc[0][k], acc[level][k]);
+  for (int64_t v = blocks * 4; v < vectors; ++v) acc[0][0] = L::add(acc[0][0], L::square(x + v * W));
+  V streams = acc[0][0];
+  for (int k = 1; k < 4; ++k) streams = L::add(streams, acc[0][k]);
+  float lanes[W];
+  L::store(lanes, streams);
+  float total = 0;
+  for (int64_t i = vectors * W; i < n; ++i) {
+    const float v = value_at(x, i);
+    total += v * v;
+  }
+  for (int l = 0; l < W; ++l) total += lanes[l];
+  return total;
+}
+
+template <class T>
+Storage storage_of();
+template <>
+Storage storage_of<float>() { return Storage::F32; }
+template <>
+Storage storage_of<uint16_t>() { return Storage::BF16; }
+
+template <class T>
+float sum_of_squares(const T* x, int64_t n, int lanes) {
+  if (lanes == 16 && n >= 16) return cascade_sum_of_squares<Lanes16>(x, n);
+  if (lanes == 8 && n >= 8) return cascade_sum_of_squares<Lanes8>(x, n);
+  return aten_sum_of_squares_scalar(storage_of<T>(), x, n, lanes);
+}
+
+template <class T>
+void rms_norm_rows(const NormJob& job, int64_t row_begin, int64_t row_end) {
+  const int64_t cols = job.cols;
+  const T* weight = static_cast<const T*>(job.weight);
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const T* x = static_cast<const T*>(job.x) + r * cols;
+    T* y = static_cast<T*>(job.y) + r * cols;
+    const float sum = sum_of_squares(x, cols, job.lanes);
+    const __m512 inv_rms = _mm512_set1_ps(1.0f / std::sqrt(sum / float(cols) + job.eps));
+    for (int64_t c = 0; c < cols; c += kLanes) {
+      const __mmask16 m = tail_mask(cols - c);
+      const __m512 normed = round_to(x, _mm512_mul_ps(load(x + c, m), inv_rms));
+      store(y + c, _mm512_mul_ps(normed, load(weight + c, m)), m);
+    }
+  }
+}
+
+template <class T>
+void head_norm_rope_rows(const HeadRopeJob& job, int64_t row_begin, int64_t row_end) {
+  const int64_t head_dim = job.head_dim, half = head_dim / 2;
+  const T* weight = static_cast<const T*>(job.weight);
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const T* x = static_cast<const T*>(job.x) + r * head_dim;
+    T* y = static_cast<T*>(job.y) + r * head_dim;
+    const float* cos = job.cos + (r / job.heads) * head_dim;
+    const float* sin = job.sin + (r / job.heads) * head_dim;
+    const float sum = sum_of_squares(x, head_dim, job.lanes);
+    const __m512 inv_rms = _mm512_set1_ps(1.0f / std::sqrt(sum / float(head_dim) + job.eps));
+    const auto normed = [&](int64_t i, __mmask16 m) {
+      return round_to(x, _mm512_mul_ps(round_to(x, _mm512_mul_ps(load(x + i, m), inv_rms)), load(weight + i, m)));
+    };
+    for (int64_t c = 0; c < half; c += kLanes) {
+      const __mmask16 m = tail_mask(half - c);
+      const __m512 first = normed(c, m), second = normed(half + c, m);
+      store(y + c, _mm512_sub_ps(_mm512_mul_ps(first, load(cos + c, m)), _mm512_mul_ps(second, load(sin + c, m))), m);
+      store(y + half + c,
+            _mm512_add_ps(_mm512_mul_ps(second, load(cos + half + c, m)), _mm512_mul_ps(first, load(sin + half + c, m))),
+            m);
+    }
+  }
+}
+
+constexpr int64_t kPrefetchBytes = 8192;
+
+template <class T>
+void prefetch_row(const T* row, int64_t count) {
+  const char* bytes = reinterpret_cast<const char*>(row);
+  for (int64_t offset = 0; offset < count * int64_t(sizeof(T)); offset += 64)
+    _mm_prefetch(bytes + offset, _MM_HINT_T0);
+}
+
+// kGroup/kChunks fixed at compile time let GCC unroll the Qwen3-VL shape (2
+// query heads per kv head, head_dim 128 = 8 full vectors) and keep the queries
+// in registers; 0 means "read from job".
+template <class T, int kGroup, int kChunks>
+void attend_pair(const AttentionJob& job, int64_t pair, float* scratch) {
+  // Arrays of exactly the compile-time size let GCC keep them in registers.
+  constexpr int kGroupSlots = kGroup ? kGroup : 8, kChunkSlots = kChunks ? kChunks : 16;
+  const int64_t kv_heads = job.shape.kv_heads, head_dim = job.shape.head_dim;
+  const int group = kGroup ? kGroup : int(job.shape.heads / kv_heads);
+  const int chunks = kChunks ? kChunks : int((head_dim + kLanes - 1) / kLanes);
+  const int64_t b = pair / kv_heads, g = pair % kv_heads;
+  const KvSequence& seq = job.sequences[b];
+  const int64_t visible = seq.visible;
+  const T* keys = static_cast<const T*>(seq.keys) + g * seq.capacity * head_dim;
+  const T* values = static_cast<const T*>(seq.values) + g * seq.capacity * head_dim;
+  const int64_t first_row = (b * job.shape.heads + g * group) * head_dim;  // of q and out
+  const T* q = static_cast<const T*>(job.q) + first_row;
+  T* out = static_cast<T*>(job.out) + first_row;
+
+  __mmask16 masks[kChunkSlots];
+  for (int c = 0; c < chunks; ++c) masks[c] = kChunks ? __mmask16(0xffff) : tail_mask(head_dim - c * kLanes);
+  __m512 query[kGroupSlots][kChunkSlots];
+  for (int h = 0; h < group; ++h)
+    for (int c = 0; c < chunks; ++c) query[h][c] = load(q + h * head_dim + c * kLanes, masks[c]);
+
+  // One sequential stream per kernel call is not enough to keep memory busy
+  // (7.7 GB/s here without this, 37 with it): ask for rows a few KiB ahead.
+  // A prefetch never faults, so running past the cache's end is harmless.
+  const int64_t ahead = kPrefetchBytes / int64_t(sizeof(T) * head_dim) + 1;
+  for (int64_t t = 0; t < visible; ++t) {
+    const T* key = keys + t * head_dim;
+    prefetch_row(key + ahead * head_dim, head_dim);
+    __m512 dot[kGroupSlots];
+    for (int h = 0; h < group; ++h) dot[h] = _mm512_setzero_ps();
+    for (int c = 0; c < chunks; ++c) {
+      const __m512 k = load(key + c * kLanes, masks[c]);
+      for (int h = 0; h < group; ++h) dot[h] = _mm512_fmadd_ps(query[h][c], k, dot[h]);
+    }
+    for (int h = 0; h < group; ++h) scratch[h * visible + t] = reduce_pairwise(dot[h]) * job.scale;
+  }
+
+  for (int h = 0; h < group; ++h) {
+    float* scores = scratch + h * visible;
+    __m512 max_v = _mm512_set1_ps(-INFINITY);
+    for (int64_t t = 0; t < visible; t += kLanes) {
+      const __mmask16 m = tail_mask(visible - t);
+      max_v = _mm512_mask_max_ps(max_v, m, max_v, _mm512_maskz_loadu_ps(m, scores + t));
+    }
+    const __m512 max_all = _mm512_set1_ps(_mm512_reduce_max_ps(max_v));
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t t = 0; t < visible; t += kLanes) {
+      const __mmask16 m = tail_mask(visible - t);
+      const __m512 e = exp_poly(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + t), max_all));
+      sum = _mm512_mask_add_ps(sum, m, sum, e);
+      _mm512_mask_storeu_ps(scores + t, m, e);
+    }
+    const __m512 inverse = _mm512_set1_ps(1.0f / reduce_pairwise(sum));
+    for (int64_t t = 0; t < visible; t += kLanes) {
+      const __mmask16 m = tail_mask(visible - t);
+      _mm512_mask_storeu_ps(scores + t, m, round_to(values, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, scores + t), inverse)));
+    }
+  }
+
+  __m512 acc[kGroupSlots][kChunkSlots];
+  for (int h = 0; h < group; ++h)
+    for (int c = 0; c < chunks; ++c) acc[h][c] = _mm512_setzero_ps();
+  for (int64_t t = 0; t < visible; ++t) {
+    const T* value = values + t * head_dim;
+    prefetch_row(value + ahead * head_dim, head_dim);
+    __m512 p[kGroupSlots];
+    for (int h = 0; h < group; ++h) p[h] = _mm512_set1_ps(scratch[h * visible + t]);
+    for (int c = 0; c < chunks; ++c) {
+      const __m512 v = load(value + c * kLanes, masks[c]);
+      for (int h = 0; h < group; ++h) acc[h][c] = _mm512_fmadd_ps(p[h], v, acc[h][c]);
+    }
+  }
+  for (int h = 0; h < group; ++h)
+    for (int c = 0; c < chunks; ++c) store(out + h * head_dim + c * kLanes, acc[h][c], masks[c]);
+}
+
+template <class T>
+void attend_pair_dispatch(const AttentionJob& job, int64_t pair, float* scratch) {
+  // A fixed kChunks means head_dim is exactly kChunks · 16 (no partial vector).
+  if (job.shape.heads == 2 * job.shape.kv_heads && job.shape.head_dim == 128)
+    attend_pair<T, 2, 8>(job, pair, scratch);
+  else
+    attend_pair<T, 0, 0>(job, pair, scratch);
+}
+
+template <class T>
+void silu_mul_range(T* gate, const T* up, int64_t begin, int64_t end) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t i = begin; i < end; i += kLanes) {
+    const __mmask16 m = tail_mask(end - i);
+    const __m512 g = load(gate + i, m);
+    const __m512 silu = round_to(gate, _mm512_div_ps(g, _mm512_add_ps(one, exp_poly(_mm512_sub_ps(_mm512_setzero_ps(), g)))));
+    store(gate + i, _mm512_mul_ps(silu, load(up + i, m)), m);
+  }
+}
+
+template <class T>
+void add_range(T* x, const T* add, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; i += kLanes) {
+    const __mmask16 m = tail_mask(end - i);
+    store(x + i, _mm512_add_ps(load(x + i, m), load(add + i, m)), m);
+  }
+}
+
+}  // namespace
+
+void rms_norm_rows_avx512(const NormJob& job, int64_t row_begin, int64_t row_end) {
+  if (job.storage == Storage::F32)
+    rms_norm_rows<float>(job, row_begin, row_end);
+  else
+    rms_norm_rows<uint16_t>(job, row_begin, row_end);
+}
+
+void head_norm_rope_rows_avx512(const HeadRopeJob& job, int64_t row_begin, int64_t row_end) {
+  if (job.storage == Storage::F32)
+    head_norm_rope_rows<float>(job, row_begin, row_end);
+  else
+    head_norm_rope_rows<uint16_t>(job, row_begin, row_end);
+}
+
+void attend_pair_avx512(const AttentionJob& job, int64_t pair, float* scratch) {
+  if (job.storage == Storage::F32)
+    attend_pair_dispatch<float>(job, pair, scratch);
+  else
+    attend_pair_dispatch<uint16_t>(job, pair, scratch);
+}
+
+void silu_mul_avx512(Storage s, void* gate, const void* up, int64_t begin, int64_t end) {
+  if (s == Storage::F32)
+    silu_mul_range(static_cast<float*>(gate), static_cast<const float*>(up), begin, end);
+  else
+    silu_mul_range(static_cast<uint16_t*>(gate), static_cast<const uint16_t*>(up), begin, end);
+}
+
+void add_into_avx512(Storage s, void* x, const void* add, int64_t begin, int64_t end) {
+  if (s == Storage::F32)
+    add_range(static_cast<float*>(x), static_cast<const float*>(add), begin, end);
+  else
+    add_range(static_cast<uint16_t*>(x), static_cast<const uint16_t*>(add), begin, end);
+}
+
+}  // namespace qvl::kernels::decode_detail
