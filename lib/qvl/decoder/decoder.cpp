@@ -50,13 +50,28 @@ Decoder::Decoder(const Checkpoint& ckpt, const TextConfig& cfg, const DecoderOpt
                             cfg.num_attention_heads, cfg.num_key_value_heads));
   weights_ = std::make_unique<DecoderWeights>(ckpt, cfg, opts);
   rope_ = std::make_unique<MultimodalRope>(cfg);
-  cache_ = std::make_unique<KvCache>(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, opts.max_context,
-                                     opts.dtype);
+  set_sequences(1);
   workspace_ = std::make_unique<LayerWorkspace>(cfg, opts.dtype);
   logits_buffer_ = at::empty({1, cfg.vocab_size}, at::TensorOptions().dtype(opts.dtype));
 }
 
 Decoder::~Decoder() = default;
+
+void Decoder::set_sequences(int64_t n) {
+  if (n < 1) throw Error(fmt::format("the decoder needs at least one sequence, got {}", n));
+  while (int64_t(caches_.size()) > n) caches_.pop_back();
+  // Each cache reserves max_context positions of address space; pages are
+  // committed only as its sequence grows.
+  while (int64_t(caches_.size()) < n)
+    caches_.push_back(std::make_unique<KvCache>(cfg_.num_hidden_layers, cfg_.num_key_value_heads, cfg_.head_dim,
+                                                opts_.max_context, opts_.dtype));
+}
+
+KvCache& Decoder::cache(int64_t sequence) const {
+  if (sequence < 0 || sequence >= int64_t(caches_.size()))
+    throw Error(fmt::format("sequence {} does not exist (the decoder has {})", sequence, caches_.size()));
+  return *caches_[size_t(sequence)];
+}
 
 at::Tensor Decoder::embed(const std::vector<int32_t>& ids) const {
   for (int32_t id : ids)
@@ -66,13 +81,10 @@ at::Tensor Decoder::embed(const std::vector<int32_t>& ids) const {
   return weights_->embed_tokens().index_select(0, index);
 }
 
-at::Tensor Decoder::forward(const at::Tensor& embeds, const at::Tensor& positions, const DeepstackInput* deepstack,
-                            bool all_logits, ForwardTrace* trace) {
-  check_forward_inputs(embeds, positions, deepstack, cfg_);
-  const int64_t L = embeds.size(0);
-  cache_->check_room(L);
-
-  at::Tensor hidden = embeds.to(opts_.dtype).contiguous();
+at::Tensor Decoder::run_layers(at::Tensor hidden, const at::Tensor& positions, const std::vector<SequenceRows>& parts,
+                               const DeepstackInput* deepstack, ForwardTrace* trace) {
+  for (const SequenceRows& part : parts) part.cache->check_room(part.rows);
+  hidden = hidden.to(opts_.dtype).contiguous();
   const RopeTables rope = rope_->tables(positions.to(at::kLong));
   at::Tensor visual_rows;
   if (deepstack && !deepstack->features.empty())
@@ -82,15 +94,23 @@ at::Tensor Decoder::forward(const at::Tensor& embeds, const at::Tensor& position
   const int64_t n_layers = cfg_.num_hidden_layers;
   for (int64_t i = 0; i < n_layers; ++i) {
     // run_decoder_layer returns a fresh tensor, so the trace can keep it as is.
-    hidden = run_decoder_layer(hidden, weights_->layer(i), cfg_, rope, *cache_, i, *workspace_);
+    hidden = run_decoder_layer(hidden, weights_->layer(i), cfg_, rope, parts, i, *workspace_);
     if (trace && i + 1 < n_layers) trace->hidden_states.push_back(hidden);
     if (visual_rows.defined() && i < static_cast<int64_t>(deepstack->features.size()))
       hidden = hidden.index_add(0, visual_rows, deepstack->features[i].to(opts_.dtype));
   }
-  cache_->commit(L);
+  for (const SequenceRows& part : parts) part.cache->commit(part.rows);
 
   at::Tensor normed = rms_norm(hidden, weights_->final_norm(), cfg_.rms_norm_eps);
   if (trace) trace->hidden_states.push_back(normed);
+  return normed;
+}
+
+at::Tensor Decoder::forward(const at::Tensor& embeds, const at::Tensor& positions, const DeepstackInput* deepstack,
+                            bool all_logits, ForwardTrace* trace) {
+  check_forward_inputs(embeds, positions, deepstack, cfg_);
+  const int64_t L = embeds.size(0);
+  at::Tensor normed = run_layers(embeds, positions, {{&cache(0), L}}, deepstack, trace);
   if (all_logits) {
     at::Tensor logits = at::empty({L, cfg_.vocab_size}, at::TensorOptions().dtype(opts_.dtype));
     kernels::linear_into(logits, normed, weights_->lm_head(), {}, workspace_->dequant_scratch());
@@ -101,11 +121,46 @@ at::Tensor Decoder::forward(const at::Tensor& embeds, const at::Tensor& position
   return logits_buffer_.squeeze(0).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
 }
 
-int64_t Decoder::cached() const { return cache_->size(); }
+at::Tensor Decoder::forward_sequence(int64_t sequence, const at::Tensor& embeds, const at::Tensor& positions,
+                                     const DeepstackInput* deepstack) {
+  check_forward_inputs(embeds, positions, deepstack, cfg_);
+  const int64_t L = embeds.size(0);
+  at::Tensor normed = run_layers(embeds, positions, {{&cache(sequence), L}}, deepstack, nullptr);
+  at::Tensor logits = at::empty({1, cfg_.vocab_size}, at::TensorOptions().dtype(opts_.dtype));
+  kernels::linear_into(logits, normed.narrow(0, L - 1, 1), weights_->lm_head(), {}, workspace_->dequant_scratch());
+  return logits.squeeze(0).to(at::kFloat);
+}
 
-void Decoder::truncate(int64_t n_tokens) { cache_->truncate(n_tokens); }
+at::Tensor Decoder::step(const std::vector<int64_t>& sequences, const std::vector<int32_t>& tokens,
+                         const std::vector<int64_t>& positions) {
+  const int64_t B = int64_t(sequences.size());
+  if (B == 0 || int64_t(tokens.size()) != B || int64_t(positions.size()) != B)
+    throw Error(fmt::format("a decode step needs one token and one position per sequence, got {} sequences, {} "
+                            "tokens, {} positions",
+                            sequences.size(), tokens.size(), positions.size()));
+  std::vector<SequenceRows> parts;
+  for (int64_t i = 0; i < B; ++i) {
+    for (int64_t j = 0; j < i; ++j)
+      if (sequences[size_t(j)] == sequences[size_t(i)])
+        throw Error(fmt::format("sequence {} appears twice in one decode step", sequences[size_t(i)]));
+    parts.push_back({&cache(sequences[size_t(i)]), 1});
+  }
+  at::Tensor pos = at::tensor(positions, at::kLong).unsqueeze(0).expand({3, B});
+  at::Tensor normed = run_layers(embed(tokens), pos, parts, nullptr, nullptr);
+  at::Tensor logits = at::empty({B, cfg_.vocab_size}, at::TensorOptions().dtype(opts_.dtype));
+  kernels::linear_into(logits, normed, weights_->lm_head(), {}, workspace_->dequant_scratch());
+  return logits.to(at::kFloat);
+}
 
-void Decoder::reset() { cache_->reset(); }
+int64_t Decoder::cached(int64_t sequence) const { return cache(sequence).size(); }
+
+void Decoder::truncate(int64_t n_tokens, int64_t sequence) { cache(sequence).truncate(n_tokens); }
+
+void Decoder::reset() {
+  for (auto& c : caches_) c->reset();
+}
+
+void Decoder::reset_sequence(int64_t sequence) { cache(sequence).reset(); }
 
 int64_t Decoder::layers_loaded() const { return weights_->layers_loaded(); }
 

@@ -19,6 +19,7 @@ class DecoderWeights;
 class KvCache;
 class LayerWorkspace;
 class MultimodalRope;
+struct SequenceRows;
 
 struct DeepstackInput {
   at::Tensor visual_mask;            // [L] bool: which of the L new tokens are image tokens
@@ -32,6 +33,9 @@ struct ForwardTrace {
   std::vector<at::Tensor> hidden_states;
 };
 
+// The decoder keeps one KV cache per sequence. Sequence 0 always exists and is
+// the conversation of forward()/cached()/truncate() without a sequence; more
+// sequences serve batched decoding (step()).
 class Decoder {
  public:
   // ckpt must outlive the decoder: in-place weights alias its mapping.
@@ -42,29 +46,50 @@ class Decoder {
 
   at::Tensor embed(const std::vector<int32_t>& ids) const;  // [L, hidden] in the compute dtype
 
-  // Appends L tokens at cache positions [cached(), cached() + L).
+  // Appends L tokens to sequence 0 at cache positions [cached(), cached() + L).
   // embeds: [L, hidden]; positions: [3, L] int64 (t, h, w mrope ids).
   // Returns float32 logits [vocab] of the last new token, or [L, vocab] when all_logits.
   // On error (bad shapes, context full) the cache is left as it was.
   at::Tensor forward(const at::Tensor& embeds, const at::Tensor& positions, const DeepstackInput* deepstack = nullptr,
                      bool all_logits = false, ForwardTrace* trace = nullptr);
+  // The same for any sequence (a prompt of one request in a batch).
+  at::Tensor forward_sequence(int64_t sequence, const at::Tensor& embeds, const at::Tensor& positions,
+                              const DeepstackInput* deepstack = nullptr);
 
-  int64_t cached() const;
+  // One new token for each of several different sequences, computed together
+  // so that every weight read serves all of them: tokens[i] joins
+  // sequences[i] at text position positions[i]. Returns float32 logits
+  // [B, vocab]. On error no cache changes.
+  at::Tensor step(const std::vector<int64_t>& sequences, const std::vector<int32_t>& tokens,
+                  const std::vector<int64_t>& positions);
+
+  // How many sequences have a cache; new ones start empty, dropped ones are freed.
+  void set_sequences(int64_t n);
+  int64_t sequences() const { return int64_t(caches_.size()); }
+
+  int64_t cached(int64_t sequence = 0) const;
   int64_t max_context() const { return opts_.max_context; }
-  void truncate(int64_t n_tokens);  // drop cache entries from n_tokens on
-  void reset();
+  void truncate(int64_t n_tokens, int64_t sequence = 0);  // drop cache entries from n_tokens on
+  void reset();                          // every sequence
+  void reset_sequence(int64_t sequence);
 
   const TextConfig& config() const { return cfg_; }
   at::ScalarType dtype() const { return opts_.dtype; }
   int64_t layers_loaded() const;  // how many layers' weights are ready (lazy mode fills this as layers run)
 
  private:
+  KvCache& cache(int64_t sequence) const;
+  // Runs every layer over hidden [L, hidden], whose rows extend the given
+  // sequences in order, commits the new tokens and returns the final-normed rows.
+  at::Tensor run_layers(at::Tensor hidden, const at::Tensor& positions, const std::vector<SequenceRows>& parts,
+                        const DeepstackInput* deepstack, ForwardTrace* trace);
+
   TextConfig cfg_;
   DecoderOptions opts_;
   // Lazy loading happens behind const embed() too, hence a pointer member.
   std::unique_ptr<DecoderWeights> weights_;
   std::unique_ptr<MultimodalRope> rope_;
-  std::unique_ptr<KvCache> cache_;
+  std::vector<std::unique_ptr<KvCache>> caches_;  // one per sequence
   std::unique_ptr<LayerWorkspace> workspace_;
   at::Tensor logits_buffer_;  // [1, vocab] for the usual last-token case
 };

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
+#include <optional>
 
+#include "qvl/kernels/decode_ops.h"
 #include "qvl/kernels/linear.h"
 
 namespace qvl {
@@ -51,9 +54,57 @@ void attend(const at::Tensor& q, const KvCache& cache, int64_t layer, int64_t pa
   }
 }
 
+// The fused kernels of kernels/decode_ops.h take float32 or bf16 tensors that
+// are contiguous and share one dtype; anything else takes the ATen route.
+std::optional<kernels::Storage> fused_storage(std::initializer_list<const at::Tensor*> tensors) {
+  const at::ScalarType dtype = (*tensors.begin())->scalar_type();
+  if (dtype != at::kFloat && dtype != at::kBFloat16) return std::nullopt;
+  for (const at::Tensor* t : tensors)
+    if (t->scalar_type() != dtype || !t->is_contiguous()) return std::nullopt;
+  return dtype == at::kFloat ? kernels::Storage::F32 : kernels::Storage::BF16;
+}
+
+// rms_norm over each head of x [L, heads, head_dim] then the rotary embedding,
+// into a new tensor.
+at::Tensor norm_and_rope(const at::Tensor& x, const at::Tensor& weight, const RopeTables& rope, double eps) {
+  const std::optional<kernels::Storage> storage = fused_storage({&x, &weight});
+  if (!storage || !rope.cos.is_contiguous() || !rope.sin.is_contiguous())
+    return apply_rope(rms_norm(x, weight, eps), rope);
+  at::Tensor y = at::empty_like(x);
+  kernels::head_norm_rope(*storage, x.data_ptr(), weight.data_ptr(), rope.cos.data_ptr<float>(),
+                          rope.sin.data_ptr<float>(), y.data_ptr(), x.size(0), x.size(1), x.size(2), eps);
+  return y;
+}
+
+// One new token per sequence (a decode step): every query attends its own
+// cache in one fused call.
+bool attend_decode_step(const at::Tensor& q, const std::vector<SequenceRows>& sequences, int64_t layer,
+                        const TextConfig& cfg, at::Tensor& out) {
+  const std::optional<kernels::Storage> storage = fused_storage({&q, &out});
+  if (!storage) return false;
+  std::vector<kernels::KvSequence> caches;
+  for (const SequenceRows& seq : sequences) {
+    if (seq.rows != 1) return false;
+    const KvCache& c = *seq.cache;
+    const at::Tensor keys = c.keys(layer, 1), values = c.values(layer, 1);
+    if (keys.scalar_type() != q.scalar_type()) return false;
+    // The new token's key and value are stored at size(), not yet committed.
+    caches.push_back({keys.data_ptr(), values.data_ptr(), c.capacity(), c.size() + 1});
+  }
+  kernels::decode_attention(*storage, q.data_ptr(), caches.data(), int64_t(caches.size()),
+                            {cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim}, out.data_ptr());
+  return true;
+}
+
 }  // namespace
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  if (const std::optional<kernels::Storage> storage = fused_storage({&x, &weight})) {
+    at::Tensor y = at::empty_like(x);
+    const int64_t cols = x.size(-1);
+    kernels::rms_norm_rows(*storage, x.data_ptr(), weight.data_ptr(), y.data_ptr(), x.numel() / cols, cols, eps);
+    return y;
+  }
   at::Tensor xf = x.to(at::kFloat);  // x itself when already float32: not to be written
   at::Tensor inv_rms = at::rsqrt(xf.square().mean(-1, /*keepdim=*/true).add_(eps));
   return (xf * inv_rms).to(x.scalar_type()) * weight;
@@ -78,10 +129,10 @@ LayerWorkspace::Views LayerWorkspace::rows(int64_t tokens) {
 }
 
 at::Tensor run_decoder_layer(const at::Tensor& hidden, const LayerWeights& w, const TextConfig& cfg,
-                             const RopeTables& rope, KvCache& cache, int64_t layer_index, LayerWorkspace& ws) {
+                             const RopeTables& rope, const std::vector<SequenceRows>& sequences,
+                             int64_t layer_index, LayerWorkspace& ws) {
   const int64_t L = hidden.size(0), head_dim = cfg.head_dim;
   const int64_t heads = cfg.num_attention_heads, kv_heads = cfg.num_key_value_heads;
-  const int64_t past = cache.size();
   LayerWorkspace::Views b = ws.rows(L);
   at::Tensor& scratch = ws.dequant_scratch();
 
@@ -89,17 +140,33 @@ at::Tensor run_decoder_layer(const at::Tensor& hidden, const LayerWeights& w, co
   kernels::linear_into(b.q, x, w.q_proj, w.q_bias, scratch);
   kernels::linear_into(b.k, x, w.k_proj, w.k_bias, scratch);
   kernels::linear_into(b.v, x, w.v_proj, w.v_bias, scratch);
-  at::Tensor q = apply_rope(rms_norm(b.q.view({L, heads, head_dim}), w.q_norm, cfg.rms_norm_eps), rope);
-  at::Tensor k = apply_rope(rms_norm(b.k.view({L, kv_heads, head_dim}), w.k_norm, cfg.rms_norm_eps), rope);
-  cache.store(layer_index, k.transpose(0, 1), b.v.view({L, kv_heads, head_dim}).transpose(0, 1));
-  attend(q, cache, layer_index, past, b.attn);
+  at::Tensor q = norm_and_rope(b.q.view({L, heads, head_dim}), w.q_norm, rope, cfg.rms_norm_eps);
+  at::Tensor k = norm_and_rope(b.k.view({L, kv_heads, head_dim}), w.k_norm, rope, cfg.rms_norm_eps);
+  at::Tensor v = b.v.view({L, kv_heads, head_dim});
+  int64_t first = 0;
+  for (const SequenceRows& seq : sequences) {
+    seq.cache->store(layer_index, k.narrow(0, first, seq.rows).transpose(0, 1),
+                     v.narrow(0, first, seq.rows).transpose(0, 1));
+    first += seq.rows;
+  }
+  if (!attend_decode_step(q, sequences, layer_index, cfg, b.attn)) {
+    first = 0;
+    for (const SequenceRows& seq : sequences) {
+      at::Tensor out = b.attn.narrow(0, first, seq.rows);
+      attend(q.narrow(0, first, seq.rows), *seq.cache, layer_index, seq.cache->size(), out);
+      first += seq.rows;
+    }
+  }
   kernels::linear_into(b.o, b.attn, w.o_proj, w.o_bias, scratch);
   at::Tensor h = hidden + b.o;
 
   x = rms_norm(h, w.post_attention_norm, cfg.rms_norm_eps);
   kernels::linear_into(b.gate, x, w.gate_proj, {}, scratch);
   kernels::linear_into(b.up, x, w.up_proj, {}, scratch);
-  at::silu_(b.gate).mul_(b.up);
+  if (const std::optional<kernels::Storage> storage = fused_storage({&b.gate, &b.up}))
+    kernels::silu_mul(*storage, b.gate.data_ptr(), b.up.data_ptr(), b.gate.numel());
+  else
+    at::silu_(b.gate).mul_(b.up);
   kernels::linear_into(b.down, b.gate, w.down_proj, {}, scratch);
   return h.add_(b.down);
 }

@@ -7,6 +7,8 @@
 #pragma once
 #include <ATen/ATen.h>
 
+#include <vector>
+
 #include "qvl/decoder/kv_cache.h"
 #include "qvl/decoder/rope.h"
 #include "qvl/decoder/weights.h"
@@ -41,10 +43,21 @@ class LayerWorkspace {
   at::Tensor dequant_scratch_;
 };
 
-// Runs layer `layer_index` on hidden [L, hidden] for the L tokens after the
-// cache's current size, storing their keys and values in the cache (the caller
-// commits them once every layer has run). Returns the new hidden states.
+// Consecutive rows of a layer's input that extend one sequence: they follow
+// the tokens already in `cache` and attend only to that sequence.
+struct SequenceRows {
+  KvCache* cache;
+  int64_t rows;
+};
+
+// Runs layer `layer_index` on hidden [L, hidden], whose rows are split into
+// sequences (one sequence for a prompt; one row per sequence in a batched
+// decode step). Each sequence's new keys and values go into its cache after
+// the tokens it holds (the caller commits them once every layer has run).
+// The projections see all L rows at once, so a batch reads each weight once.
+// Returns the new hidden states.
 at::Tensor run_decoder_layer(const at::Tensor& hidden, const LayerWeights& w, const TextConfig& cfg,
-                             const RopeTables& rope, KvCache& cache, int64_t layer_index, LayerWorkspace& ws);
+                             const RopeTables& rope, const std::vector<SequenceRows>& sequences,
+                             int64_t layer_index, LayerWorkspace& ws);
 
 }  // namespace qvl
