@@ -22,12 +22,22 @@ std::vector<double> values_of(const BenchRow& row, const char* key) {
 
 double minimum(const std::vector<double>& values) { return *std::min_element(values.begin(), values.end()); }
 
+// The measures the rows report: all the required ones, and the optional ones
+// the first run of the first row has.
+std::vector<BenchMeasure> reported_measures(const std::vector<BenchRow>& rows) {
+  std::vector<BenchMeasure> out;
+  for (const BenchMeasure& m : bench_measures())
+    if (!m.optional || (!rows.empty() && !rows[0].runs.empty() && rows[0].runs[0].contains(m.key))) out.push_back(m);
+  return out;
+}
+
 }  // namespace
 
 const std::vector<BenchMeasure>& bench_measures() {
   static const std::vector<BenchMeasure> measures = {
       {"load_s", 3},        {"peak_rss_mb", 0},  {"vision_s", 3},
       {"prefill_tok_s", 1}, {"decode_tok_s", 2}, {"ttft_s", 3},
+      {"batch_decode_tok_s", 2, true},
   };
   return measures;
 }
@@ -40,11 +50,12 @@ double median(std::vector<double> values) {
 }
 
 nlohmann::json bench_json(const std::vector<BenchRow>& rows) {
+  const std::vector<BenchMeasure> measures = reported_measures(rows);
   nlohmann::json out = nlohmann::json::array();
   for (const BenchRow& row : rows) {
     nlohmann::json entry = {{"mode", row.mode}, {"dtype", row.dtype}, {"quant", row.quant}};
     nlohmann::json minima = nlohmann::json::object();
-    for (const BenchMeasure& m : bench_measures()) {
+    for (const BenchMeasure& m : measures) {
       const std::vector<double> values = values_of(row, m.key);
       entry[m.key] = median(values);
       minima[m.key] = minimum(values);
@@ -57,11 +68,12 @@ nlohmann::json bench_json(const std::vector<BenchRow>& rows) {
 }
 
 std::string bench_table(const std::vector<BenchRow>& rows) {
+  const std::vector<BenchMeasure> measures = reported_measures(rows);
   std::vector<std::vector<std::string>> cells = {{"mode", "dtype", "quant"}};
-  for (const BenchMeasure& m : bench_measures()) cells[0].push_back(m.key);
+  for (const BenchMeasure& m : measures) cells[0].push_back(m.key);
   for (const BenchRow& row : rows) {
     std::vector<std::string> line = {row.mode, row.dtype, row.quant};
-    for (const BenchMeasure& m : bench_measures()) {
+    for (const BenchMeasure& m : measures) {
       const std::vector<double> values = values_of(row, m.key);
       line.push_back(fmt::format("{:.{}f} ({:.{}f})", median(values), m.decimals, minimum(values), m.decimals));
     }

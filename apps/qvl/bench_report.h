@@ -16,6 +16,7 @@ struct BenchRow {
 struct BenchMeasure {
   const char* key;  // e.g. "decode_tok_s"
   int decimals;     // shown in the table
+  bool optional = false;  // reported only by some runs (e.g. batch_decode_tok_s with --batch)
 };
 const std::vector<BenchMeasure>& bench_measures();
 

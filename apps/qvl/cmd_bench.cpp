@@ -14,6 +14,8 @@
 #include "commands.h"
 #include "common.h"
 #include "qvl/error.h"
+#include "qvl/image/decode.h"
+#include "qvl/image/preprocess.h"
 #include "qvl/text/chat.h"
 
 namespace qvl::app {
@@ -38,6 +40,7 @@ struct BenchFlags {
   std::vector<std::string> loads, dtypes, quants;
   int repeat = 3;
   int64_t max_new_tokens = 32;
+  int64_t batch = 1;
   bool json = false;
 };
 
@@ -48,6 +51,7 @@ struct RunFlags {
   std::string prompt;
   std::string quant = "none";
   int64_t max_new_tokens = 32;
+  int64_t batch = 1;
   int64_t spawned_at_ns = 0;  // parent's monotonic_ns() just before starting this process
 };
 
@@ -90,14 +94,15 @@ int run_bench_child(const RunFlags& f) {
   sampling.max_new_tokens = f.max_new_tokens;
   sampling.ignore_eos = true;
   const Answer a = session.ask(turn, sampling);
-  const nlohmann::json run = {
+  const int64_t peak_rss_one = peak_rss_mb();
+  nlohmann::json run = {
       {"mode", f.model.load},
       {"dtype", f.model.dtype},
       {"quant", f.quant},
       {"load_s", seconds_between(f.spawned_at_ns, ready_ns)},
       {"session_load_s", session.load_seconds()},
       {"vision_load_s", vision_load_s},
-      {"peak_rss_mb", peak_rss_mb()},
+      {"peak_rss_mb", peak_rss_one},
       {"image_s", a.timings.image_s},
       {"vision_s", a.timings.vision_s},
       {"prompt_tokens", a.prompt_tokens},
@@ -109,6 +114,31 @@ int run_bench_child(const RunFlags& f) {
       {"ttft_s", a.timings.ttft_s},
       {"stop_reason", a.stop_reason},
   };
+  if (f.batch > 1) {
+    // The same question as `batch` independent requests decoded together (the
+    // image's features come from the cache: this times prefill and decode).
+    std::vector<PatchifiedImage> images;
+    for (const std::string& path : f.images)
+      images.push_back(preprocess_image(decode_image_file(path), session.preprocessor_config()));
+    const SessionStats before = session.stats();
+    int64_t remaining = f.batch;
+    session.ask_batch(
+        f.batch,
+        [&]() -> std::optional<BatchRequest> {
+          if (remaining-- <= 0) return std::nullopt;
+          BatchRequest req;
+          req.turn = turn;
+          req.images = images;
+          return req;
+        },
+        sampling, [](BatchResult r) {
+          if (!r.error.empty()) throw Error(r.error);
+        });
+    const SessionStats after = session.stats();
+    run["batch"] = f.batch;
+    run["batch_decode_tok_s"] = double(after.decoded_tokens - before.decoded_tokens) / (after.decode_s - before.decode_s);
+    run["batch_peak_rss_mb"] = after.peak_rss_mb;
+  }
   fmt::print("{}\n", run.dump());
   return kOk;
 }
@@ -119,6 +149,7 @@ std::vector<std::string> child_args(const BenchFlags& f, const std::string& mode
                                    "--quant", row.quant, "--prompt", prompt};
   args.insert(args.end(), {"--max-new-tokens", std::to_string(f.max_new_tokens)});
   args.insert(args.end(), {"--max-context", std::to_string(f.model.max_context)});
+  if (f.batch > 1) args.insert(args.end(), {"--batch", std::to_string(f.batch)});
   if (f.model.threads > 0) args.insert(args.end(), {"--threads", std::to_string(f.model.threads)});
   if (f.model.min_pixels > 0) args.insert(args.end(), {"--min-pixels", std::to_string(f.model.min_pixels)});
   if (f.model.max_pixels > 0) args.insert(args.end(), {"--max-pixels", std::to_string(f.model.max_pixels)});
@@ -172,13 +203,17 @@ int run_bench(const BenchFlags& f) {
       row.runs.push_back(parse_run(child, row));
       const nlohmann::json& r = row.runs.back();
       ++done;
-      if (progress)
+      if (progress) {
+        std::string batch;
+        if (r.contains("batch_decode_tok_s"))
+          batch = fmt::format(", batch of {} decode {:.2f} tok/s", f.batch, r["batch_decode_tok_s"].get<double>());
         fmt::print(stderr,
                    "bench: [{}/{}] {} {} {}: ready {:.3f} s, vision {:.3f} s, prefill {:.1f} tok/s, decode {:.2f} "
-                   "tok/s, ttft {:.3f} s, peak RSS {} MB\n",
+                   "tok/s, ttft {:.3f} s, peak RSS {} MB{}\n",
                    done, total, row.mode, row.dtype, row.quant, r["load_s"].get<double>(),
                    r["vision_s"].get<double>(), r["prefill_tok_s"].get<double>(), r["decode_tok_s"].get<double>(),
-                   r["ttft_s"].get<double>(), r["peak_rss_mb"].get<int64_t>());
+                   r["ttft_s"].get<double>(), r["peak_rss_mb"].get<int64_t>(), batch);
+      }
     }
   }
 
@@ -203,6 +238,7 @@ void register_bench_run(CLI::App& app, int& exit_code) {
   cmd->remove_option(cmd->get_option("--quant"));  // add_model_options' one: this list is checked against bench's
   cmd->add_option("--quant", f->quant)->check(supported_quant());
   cmd->add_option("--max-new-tokens", f->max_new_tokens)->check(CLI::PositiveNumber);
+  cmd->add_option("--batch", f->batch)->check(CLI::Range(int64_t(1), int64_t(64)));
   cmd->add_option("--spawned-at-ns", f->spawned_at_ns)->required();
   cmd->callback([f, &exit_code] { exit_code = run_bench_child(*f); });
 }
@@ -244,6 +280,11 @@ void register_bench(CLI::App& app, int& exit_code) {
   cmd->add_option("-n,--max-new-tokens", f->max_new_tokens,
                   "Tokens generated per run, greedy, end-of-text ignored so every run decodes the same count")
       ->check(CLI::Range(int64_t(2), int64_t(1) << 20))
+      ->capture_default_str();
+  cmd->add_option("--batch", f->batch,
+                  "Also decode this many copies of the question together (as qvl ocr --batch does) and report "
+                  "batch_decode_tok_s, the tokens/s of all of them")
+      ->check(CLI::Range(int64_t(1), int64_t(64)))
       ->capture_default_str();
   cmd->add_flag("--json", f->json, "Print a JSON array (one object per configuration, with every run) instead of the table");
   cmd->callback([f, &exit_code] { exit_code = run_bench(*f); });

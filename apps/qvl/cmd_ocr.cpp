@@ -54,6 +54,7 @@ struct OcrFlags {
   bool resume = false;
   bool force = false;
   bool recursive = false;
+  int64_t batch = 1;
   std::string glob;
   std::vector<std::string> inputs;
 };
@@ -356,70 +357,155 @@ std::vector<ScannedFile> collect_inputs(const OcrFlags& f) {
   return expand_inputs(inputs, scan);
 }
 
-// The model side of the batch: one prepared file in, one record out.
-class OcrBatch {
+// The model side: prepared files in, one record per file out, in input order.
+// Files are answered up to --batch at a time (Session::ask_batch), so a record
+// may be ready before the records of earlier files; it waits for them.
+class OcrRun {
  public:
-  OcrBatch(const OcrFlags& flags, Session& session, const SamplingOptions& sampling, OutputFile& out,
-           const Preparer& preparer, ProgressBar& bar)
+  OcrRun(const OcrFlags& flags, Session& session, const SamplingOptions& sampling, OutputFile& out,
+         const Preparer& preparer, ProgressBar& bar)
       : flags_(flags), session_(session), sampling_(sampling), out_(out), fallback_(preparer), bar_(bar) {}
 
-  void process(PreparedFile& p) {
-    const auto t_file = Clock::now();
-    if (p.already_done) {
-      counts_.skipped += 1;
-    } else if (!p.error.empty()) {
-      fail(p);
-    } else if (p.same_as_earlier && results_.count(p.sha256)) {
-      out_.write(result_record(p.path, p.sha256, results_.at(p.sha256), ms_since(t_file)));
-      counts_.done += 1;
-      counts_.reused += 1;
-    } else {
-      // A copy of a file that failed in the model was not decoded ahead: do it now.
-      if (p.same_as_earlier) p = fallback_.prepare({p.path, ""}, /*decode_even_if_seen=*/true);
-      if (p.error.empty()) compute(p, t_file);
-      else fail(p);
-    }
+  void run(Prefetcher& prefetch) {
+    prefetch_ = &prefetch;
+    // Copies of a file that failed in the model are computed in a second round.
+    do {
+      session_.ask_batch(
+          flags_.batch, [&] { return next_request(); }, sampling_, [&](BatchResult r) { on_result(std::move(r)); });
+    } while (!retries_.empty() && !interrupted());
   }
   const Counts& counts() const { return counts_; }
+  size_t finished() const { return written_; }
 
  private:
-  void fail(const PreparedFile& p) {
-    out_.write(error_record(p));
-    counts_.failed += 1;
+  struct InFlight {
+    std::string path, sha256;
+    int64_t width = 0, height = 0;
+    double prepare_ms = 0;
+    Clock::time_point submitted;
+  };
+  struct Copy {  // a file with the same bytes as one still being computed
+    size_t slot;
+    std::string path;
+  };
+
+
+  // The next file the model should compute; files that need no model work
+  // get their record on the way.
+  std::optional<BatchRequest> next_request() {
+    while (true) {
+      if (interrupted()) {
+        tell_interrupt();
+        return std::nullopt;
+      }
+      if (!retries_.empty()) {
+        Copy c = retries_.front();
+        retries_.pop_front();
+        PreparedFile p = fallback_.prepare({c.path, ""}, /*decode_even_if_seen=*/true);
+        if (!p.error.empty()) {
+          fail(c.slot, p);
+          continue;
+        }
+        return submit(c.slot, p);
+      }
+      std::optional<PreparedFile> next = prefetch_->next();
+      if (!next) return std::nullopt;
+      PreparedFile& p = *next;
+      const size_t slot = taken_++;
+      current_ = p.path;
+      if (p.already_done) {
+        counts_.skipped += 1;
+        settle(slot, std::nullopt);
+      } else if (!p.error.empty()) {
+        fail(slot, p);
+      } else if (p.same_as_earlier && results_.count(p.sha256)) {
+        reuse(slot, p.path, p.sha256, results_.at(p.sha256));
+      } else if (p.same_as_earlier && computing_.count(p.sha256)) {
+        copies_[p.sha256].push_back({slot, p.path});
+      } else if (p.same_as_earlier) {
+        // A copy of a file that failed in the model was not decoded ahead: do it now.
+        p = fallback_.prepare({p.path, ""}, /*decode_even_if_seen=*/true);
+        if (!p.error.empty()) {
+          fail(slot, p);
+          continue;
+        }
+        return submit(slot, p);
+      } else {
+        return submit(slot, p);
+      }
+    }
   }
 
-  void compute(PreparedFile& p, Clock::time_point t_file) {
-    session_.reset();  // every file is a conversation of its own
-    std::vector<PatchifiedImage> images;
-    images.push_back(std::move(p.image));
-    Answer a;
-    try {
-      a = session_.ask(ocr_turn(flags_, p.path), images, sampling_, [&](const std::string&) {
-        // An interrupt lets this file finish: its record must be whole.
-        if (interrupted() && !told_interrupt_ && !flags_.model.quiet) {
-          bar_.clear();
-          fmt::print(stderr, "qvl ocr: interrupted, finishing {} (Ctrl-C again to quit now)\n", p.path);
-          told_interrupt_ = true;
-        }
-        return true;
-      });
-    } catch (const Error& e) {
-      p.error = message_naming(p.path, e.what());
-      fail(p);
+  BatchRequest submit(size_t slot, PreparedFile& p) {
+    in_flight_[slot] = {p.path, p.sha256, p.width, p.height, p.prepare_ms, Clock::now()};
+    computing_.insert(p.sha256);
+    BatchRequest req;
+    req.tag = slot;
+    req.turn = ocr_turn(flags_, p.path);
+    req.images.push_back(std::move(p.image));
+    return req;
+  }
+
+  void on_result(BatchResult r) {
+    const size_t slot = size_t(r.tag);
+    InFlight f = std::move(in_flight_.at(slot));
+    in_flight_.erase(slot);
+    computing_.erase(f.sha256);
+    std::vector<Copy> copies = std::move(copies_[f.sha256]);
+    copies_.erase(f.sha256);
+    const double ms = f.prepare_ms + ms_since(f.submitted);
+    if (!r.error.empty()) {
+      PreparedFile p;
+      p.path = f.path;
+      p.sha256 = f.sha256;
+      p.error = message_naming(f.path, r.error);
+      fail(slot, p);
+      for (Copy& c : copies) retries_.push_back(std::move(c));
       return;
     }
+    const Answer& a = r.answer;
     counts_.computed += 1;
-    Result result{p.path, p.width, p.height, a.text, a.tokens, a.stop_reason};
-    const double ms = p.prepare_ms + ms_since(t_file);
-    out_.write(result_record(p.path, p.sha256, result, ms));
+    Result result{f.path, f.width, f.height, a.text, a.tokens, a.stop_reason};
     counts_.done += 1;
-    results_.emplace(p.sha256, std::move(result));
+    settle(slot, result_record(f.path, f.sha256, result, ms));
     if (flags_.model.verbose && !flags_.model.quiet) {
       bar_.clear();
       fmt::print(stderr, "{}: {} tokens ({}), {:.0f} ms (vision {:.0f} ms, prefill {:.0f} ms, decode {:.0f} ms)\n",
-                 p.path, a.tokens.size(), a.stop_reason, ms, a.timings.vision_s * 1e3, a.timings.prefill_s * 1e3,
+                 f.path, a.tokens.size(), a.stop_reason, ms, a.timings.vision_s * 1e3, a.timings.prefill_s * 1e3,
                  a.timings.decode_s * 1e3);
     }
+    for (const Copy& c : copies) reuse(c.slot, c.path, f.sha256, result);
+    results_.emplace(f.sha256, std::move(result));
+  }
+
+  void reuse(size_t slot, const std::string& path, const std::string& sha256, const Result& result) {
+    counts_.done += 1;
+    counts_.reused += 1;
+    settle(slot, result_record(path, sha256, result, 0));
+  }
+
+  void fail(size_t slot, const PreparedFile& p) {
+    counts_.failed += 1;
+    settle(slot, error_record(p));
+  }
+
+  // Marks a slot's record ready (none: skipped) and writes every ready record in input order.
+  void settle(size_t slot, std::optional<Record> record) {
+    ready_[slot] = std::move(record);
+    for (auto it = ready_.find(written_); it != ready_.end(); it = ready_.find(written_)) {
+      if (it->second) out_.write(*it->second);
+      ready_.erase(it);
+      written_ += 1;
+    }
+    bar_.draw(written_, written_ - counts_.skipped, current_);
+  }
+
+  void tell_interrupt() {
+    if (told_interrupt_ || flags_.model.quiet) return;
+    told_interrupt_ = true;
+    bar_.clear();
+    fmt::print(stderr, "qvl ocr: interrupted, finishing the {} file(s) started (Ctrl-C again to quit now)\n",
+               in_flight_.size());
   }
 
   const OcrFlags& flags_;
@@ -428,8 +514,17 @@ class OcrBatch {
   OutputFile& out_;
   Preparer fallback_;  // the model loop's own: the reader thread's is busy
   ProgressBar& bar_;
+  Prefetcher* prefetch_ = nullptr;
   Counts counts_;
-  std::map<std::string, Result> results_;  // by sha256
+  size_t taken_ = 0;                                   // files taken from the prefetcher; slot = input index
+  size_t written_ = 0;                                 // slots before this are written
+  std::map<size_t, std::optional<Record>> ready_;      // settled, waiting for earlier slots
+  std::map<size_t, InFlight> in_flight_;         // by slot
+  std::set<std::string> computing_;             // sha256 of files in flight
+  std::map<std::string, std::vector<Copy>> copies_;  // waiting for a file in flight, by its sha256
+  std::deque<Copy> retries_;                     // copies of a file that failed in the model
+  std::map<std::string, Result> results_;        // by sha256
+  std::string current_;
   bool told_interrupt_ = false;
 };
 
@@ -454,26 +549,23 @@ int run_ocr(const OcrFlags& f) {
   preparer.done = &out.done;
 
   ProgressBar bar(files.size(), !f.model.quiet && ::isatty(STDERR_FILENO));
-  OcrBatch batch(f, session, sampling, out, preparer, bar);
-  size_t finished = 0;
+  OcrRun ocr(f, session, sampling, out, preparer, bar);
   {
     Prefetcher prefetch(files, preparer);
-    while (!interrupted()) {
-      std::optional<PreparedFile> next = prefetch.next();
-      if (!next || interrupted()) break;
-      bar.draw(finished, finished - batch.counts().skipped, next->path);
-      batch.process(*next);
-      finished += 1;
-      bar.draw(finished, finished - batch.counts().skipped, "");
-    }
+    ocr.run(prefetch);
   }
   bar.clear();
-  const Counts& n = batch.counts();
+  const Counts& n = ocr.counts();
   const double elapsed = std::chrono::duration<double>(Clock::now() - t_start).count();
-  if (!f.model.quiet)
+  if (!f.model.quiet) {
     fmt::print(stderr, "qvl ocr: {}done {}, failed {}, skipped {}, computed {}, reused {}, {} of {} files, {:.1f} s\n",
-               interrupted() ? "interrupted: " : "", n.done, n.failed, n.skipped, n.computed, n.reused, finished,
-               files.size(), elapsed);
+               interrupted() ? "interrupted: " : "", n.done, n.failed, n.skipped, n.computed, n.reused,
+               ocr.finished(), files.size(), elapsed);
+    const SessionStats st = session.stats();
+    if (f.model.verbose && st.decode_s > 0)
+      fmt::print(stderr, "qvl ocr: decoding {} tokens took {:.1f} s: {:.2f} tokens/s with --batch {}\n",
+                 st.decoded_tokens, st.decode_s, double(st.decoded_tokens) / st.decode_s, f.batch);
+  }
   if (interrupted()) return kInterrupted;
   return n.failed > 0 ? kSomeFailed : kOk;
 }
@@ -499,6 +591,11 @@ void register_ocr(CLI::App& app, int& exit_code) {
   CLI::Option* force = cmd->add_flag("--force", f->force, "Overwrite a non-empty --output");
   resume->needs(output);
   resume->excludes(force);
+  cmd->add_option("-b,--batch", f->batch,
+                  "Files answered together: their decoding shares each read of the weights, so throughput grows "
+                  "with the batch (each running file holds its own KV cache)")
+      ->check(CLI::Range(int64_t(1), int64_t(64)))
+      ->capture_default_str();
   cmd->add_flag("-r,--recursive", f->recursive, "Descend into subfolders of folder arguments");
   cmd->add_option("--glob", f->glob,
                   "Folder scans take files whose name matches this fnmatch pattern instead of *.png/*.jpg/*.jpeg");

@@ -109,6 +109,25 @@ printf '%s\n' "$IN/small.png" "" "$DUP" "$IN/photo.jpg" | ocr -n 4 - > "$TMP/std
 check "'-' reads paths from stdin in order" \
   "python3 -c 'import json,sys; r=$records; sys.exit(0 if [x[\"file\"] for x in r]==[\"$IN/small.png\",\"$DUP/a.png\",\"$DUP/b.png\",\"$DUP/c.jpg\",\"$DUP/d.JPG\",\"$IN/photo.jpg\"] else 1)' '$TMP/stdin.jsonl'"
 
+# --- --batch: files answered together give the same records, in input order.
+# The list mixes good files, bad files and copies of files still in flight.
+MIXED="$TMP/mixed.txt"
+printf '%s\n' "$IN/small.png" "$IN/cut.jpg" "$DUP" "$IN/notes.png" "$IN/photo.jpg" > "$MIXED"
+ocr -n 16 --prompt "What is in the image?" - < "$MIXED" > "$TMP/batch1.jsonl" 2> "$TMP/batch1.err"
+for b in 3 8; do
+  ocr -n 16 --prompt "What is in the image?" --batch $b -v - < "$MIXED" > "$TMP/batch$b.jsonl" 2> "$TMP/batch$b.err"
+  rc=$?
+  check "--batch $b over good, bad and duplicate files exits 3" "[ $rc -eq 3 ] || { cat '$TMP/batch$b.err'; false; }"
+  check "... the same records as --batch 1 (but ms), in input order" \
+    "python3 -c 'import json,sys; a,b=([{k:v for k,v in json.loads(l).items() if k!=\"ms\"} for l in open(f)] for f in sys.argv[1:]); sys.exit(0 if a==b and len(a)==8 else 1)' '$TMP/batch1.jsonl' '$TMP/batch$b.jsonl'"
+  check "... small.png has the one_image reference tokens" \
+    "python3 -c 'import json,sys; r=$records; sys.exit(0 if r[0][\"tokens\"]==json.load(open(\"$TMP/one_image.expected\")) else 1)' '$TMP/batch$b.jsonl'"
+  check "... copies in flight are computed once" "grep -q 'computed 2, reused 4' '$TMP/batch$b.err' || { cat '$TMP/batch$b.err'; false; }"
+  check "... -v reports the decode throughput of the batch" "grep -q 'tokens/s with --batch $b' '$TMP/batch$b.err'"
+done
+"$QVL" ocr --model "$MODEL" --batch 0 "$IN" > /dev/null 2>&1
+check "--batch 0 is a usage error (2)" "[ $? -eq 2 ]"
+
 # --- Killed runs. Distinct bytes (a suffix after the JPEG's end) so every file is computed.
 MANY="$TMP/many"
 mkdir -p "$MANY"
@@ -158,6 +177,19 @@ check "... after finishing its record: only whole lines, fewer than 24" \
   "python3 -c 'import json,sys; t=open(sys.argv[1]).read(); assert t.endswith(\"\\n\"); [json.loads(l) for l in t.splitlines()]' '$INT' && [ \$(lines '$INT') -lt 24 ]"
 ocr -n 8 --output "$INT" --resume "$MANY" 2>/dev/null
 check "... and --resume completes it" "python3 -c '$complete' '$INT' 24"
+
+INTB="$TMP/interrupted_batch.jsonl"
+"$QVL" ocr --model "$MODEL" --dtype f32 -n 8 --batch 4 --output "$INTB" "$MANY" 2> "$TMP/intb.err" &
+pid=$!
+wait_for_records "$INTB" 2
+kill -INT $pid
+wait $pid
+rc=$?
+check "SIGINT stops a --batch 4 run with exit 130" "[ $rc -eq 130 ] || { cat '$TMP/intb.err'; false; }"
+check "... after finishing the files started: only whole lines, fewer than 24" \
+  "python3 -c 'import json,sys; t=open(sys.argv[1]).read(); assert t.endswith(\"\\n\"); [json.loads(l) for l in t.splitlines()]' '$INTB' && [ \$(lines '$INTB') -lt 24 ]"
+ocr -n 8 --batch 4 --output "$INTB" --resume "$MANY" 2>/dev/null
+check "... and --resume with --batch completes it" "python3 -c '$complete' '$INTB' 24"
 
 "$QVL" ocr --bogus-flag > /dev/null 2>&1
 check "an unknown flag exits 2" "[ $? -eq 2 ]"

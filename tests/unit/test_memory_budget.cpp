@@ -153,6 +153,15 @@ TEST_CASE("memory budget: refuses with one line saying what needs the memory and
     CHECK(std::string(e.what()).find("+ images ") != std::string::npos);
     CHECK(std::string(e.what()).find("--max-pixels") != std::string::npos);
   }
+  // Batched decoding: one more KV cache (at max_context) per sequence.
+  CHECK_NOTHROW(MemoryBudget(cfg, options("bf16"), 20000).check_batch(8));
+  try {
+    MemoryBudget(cfg, options("bf16"), 6000).check_batch(8);
+    FAIL("eight more 448 MB KV caches fitted beside the bf16 2B model in 6000 MB");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("KV cache 3.9 GB") != std::string::npos);  // 9 x 448 MiB
+    CHECK(std::string(e.what()).find("smaller --batch") != std::string::npos);
+  }
   CHECK_THROWS_AS(MemoryBudget(cfg, options("bf16"), -1), Error);
   CHECK_THROWS_AS(estimate_session_memory(cfg, options("f16")), Error);
 }

@@ -195,6 +195,12 @@ void MemoryBudget::check_images(const std::vector<ImageGrid>& grids) const {
   check(need, "lower --max-pixels or send fewer images at once");
 }
 
+void MemoryBudget::check_batch(int64_t sequences) const {
+  MemoryEstimate need = session_;
+  need.kv_cache = session_.kv_cache * (1 + std::max<int64_t>(sequences, 0));  // the conversation's cache, plus one each
+  check(need, fmt::format("use a smaller --batch than {} or a smaller --max-context", sequences));
+}
+
 void MemoryBudget::check(const MemoryEstimate& need, const std::string& advice) const {
   if (limit_bytes_ <= 0 || need.total() <= limit_bytes_) return;
   std::string parts = fmt::format("{}{} weights {}", opts_.dtype, opts_.quant == "int8" ? "/int8" : "",

@@ -60,6 +60,10 @@ class MemoryBudget {
   // images (one turn) would exceed the limit.
   void check_images(const std::vector<ImageGrid>& grids) const;
 
+  // Throws qvl::Error when `sequences` more KV caches (batched decoding, each
+  // counted at max_context) would exceed the limit.
+  void check_batch(int64_t sequences) const;
+
   const MemoryEstimate& session() const { return session_; }
   int64_t limit_bytes() const { return limit_bytes_; }  // 0: no limit known
 

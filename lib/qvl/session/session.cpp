@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <dlfcn.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -44,6 +45,15 @@ WeightQuant parse_quant(const std::string& s) {
   throw Error("unknown weight quantization '" + s + "' (use none or int8)");
 }
 
+// In a bf16 session OpenBLAS runs only the small float32 attention matmuls of
+// a prefill, yet after each call its threads spin (sched_yield) beside the
+// OpenMP threads running oneDNN's matmuls: one OpenBLAS thread made a 512-token
+// prefill 1.4x faster here. Looked up at run time: the system BLAS may not be OpenBLAS.
+void use_one_openblas_thread() {
+  using SetThreads = void (*)(int);
+  if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(1);
+}
+
 // The caches' folder: the option, else what vision_cache_dir() chooses
 // ($QVL_CACHE_DIR, beside the model, or ~/.cache/qvl).
 VisionOptions cache_options(const SessionOptions& o, at::ScalarType dtype) {
@@ -82,6 +92,15 @@ at::Tensor positions_tensor(const MropePositions& pos) {
     for (int axis = 0; axis < 3; ++axis) a[axis][i] = pos.ids[size_t(i)][size_t(axis)];
   return t;
 }
+
+// The prompt of a turn as the decoder takes it.
+struct PromptInput {
+  at::Tensor embeds;     // [L, hidden] with image features in the image-pad slots
+  at::Tensor positions;  // [3, L]
+  std::optional<DeepstackInput> deepstack;
+  int64_t next_position = 0;
+  const DeepstackInput* deepstack_ptr() const { return deepstack ? &*deepstack : nullptr; }
+};
 
 }  // namespace
 
@@ -151,6 +170,15 @@ struct Session::Impl {
     load_s = seconds_since(t0);
   }
 
+  // The token ids of a turn's prompt, after `ids` and the text `prefix`, with
+  // each image's pads expanded to its token count.
+  std::vector<int32_t> prompt_ids(const std::vector<Message>& turn, const std::vector<PatchifiedImage>& images,
+                                  const std::string& prefix, std::vector<int32_t> ids);
+  // Vision features of every image of a turn, in order.
+  std::optional<VisionFeatures> image_features(const std::vector<PatchifiedImage>& images);
+  PromptInput prompt_input(const std::vector<int32_t>& ids, const std::vector<ImageGrid>& grids,
+                           const std::optional<VisionFeatures>& features, int64_t first_position);
+
   VisionEncoder& vision_encoder() {
     if (!vision) {
       vision = std::make_unique<VisionEncoder>(options.model_dir, config, checkpoint, cache_options(options, dtype));
@@ -164,6 +192,7 @@ Session::Session(const SessionOptions& options) {
   // libtorch's default is its guess at physical cores, which is 1 on some
   // VMs with 2 real cores; use every core this process may run on instead.
   at::set_num_threads(options.threads > 0 ? options.threads : usable_cores());
+  if (options.dtype == "bf16") use_one_openblas_thread();
   impl_ = std::make_unique<Impl>(options, t0);
 }
 
@@ -220,90 +249,137 @@ Answer Session::ask(const std::vector<Message>& turn, const SamplingOptions& sam
   return answer;
 }
 
-Answer Session::ask(const std::vector<Message>& turn, const std::vector<PatchifiedImage>& images,
-                    const SamplingOptions& sampling, const TextCallback& on_text) {
-  Impl& s = *impl_;
-  at::NoGradGuard no_grad;
-  const auto t_start = Clock::now();
-  Answer answer;
+namespace {
+
+// One reply being generated: samples each token from the logits, streams its
+// text and decides when the reply is over.
+class Reply {
+ public:
+  Reply(const SamplingOptions& sampling, const Tokenizer& tokenizer, Answer& answer)
+      : sampling_(sampling), sampler_(sampling), stream_(tokenizer, /*skip_special=*/true), answer_(answer) {
+    answer_.stop_reason = "length";
+  }
+
+  // Picks the next token. Returns it when it must be fed back to the decoder
+  // to go on; nullopt when the reply is over (answer.stop_reason says why,
+  // last_unfed() the sampled token that was not fed, if any).
+  // context: every token the sequence holds; room: tokens the cache can still take.
+  std::optional<int32_t> next(const at::Tensor& logits, const std::vector<int32_t>& context, int64_t room,
+                              const TextCallback& on_text) {
+    at::Tensor l = logits.to(at::kFloat).contiguous();
+    const int32_t token = sampler_.next(l.data_ptr<float>(), l.numel(), context, answer_.tokens);
+    if (!sampling_.ignore_eos && sampler_.is_eos(token)) {
+      answer_.stop_reason = "eos";
+      return std::nullopt;
+    }
+    answer_.tokens.push_back(token);
+    const std::string piece = stream_.push(token);
+    answer_.text += piece;
+    last_unfed_ = token;
+    if (on_text && !piece.empty() && !on_text(piece)) {
+      answer_.stop_reason = "interrupted";
+      return std::nullopt;
+    }
+    if (room <= 1) {  // feeding this token would leave no room for the next
+      answer_.stop_reason = "context";
+      return std::nullopt;
+    }
+    if (int64_t(answer_.tokens.size()) >= sampling_.max_new_tokens) return std::nullopt;
+    last_unfed_.reset();
+    return token;
+  }
+
+  // Flushes the text held back for an incomplete UTF-8 sequence.
+  void finish(const TextCallback& on_text) {
+    const std::string tail = stream_.finish();
+    if (tail.empty()) return;
+    answer_.text += tail;
+    if (on_text) on_text(tail);
+  }
+  std::optional<int32_t> last_unfed() const { return last_unfed_; }
+
+ private:
+  const SamplingOptions& sampling_;
+  Sampler sampler_;
+  StreamDecoder stream_;
+  Answer& answer_;
+  std::optional<int32_t> last_unfed_;
+};
+
+void check_image_count(const std::vector<Message>& turn, const std::vector<PatchifiedImage>& images) {
   const size_t image_parts = image_paths(turn).size();
   if (images.size() != image_parts)
     throw Error("the turn has " + std::to_string(image_parts) + " image parts but " + std::to_string(images.size()) +
                 " preprocessed images were given");
-  for (const auto& img : images) answer.grids.push_back(img.grid);
-  s.budget.check_images(answer.grids);
+}
 
-  // 2. Prompt text for this turn, continuing the conversation if there is one.
-  if (s.decoder.cached() > 0 && !turn.empty() && turn[0].role == "system")
-    throw Error("a system message can only start a conversation");
-  std::string prompt = s.assistant_turn_open ? "<|im_end|>\n" : "";
-  prompt += render_chat(turn);
+}  // namespace
+
+std::vector<int32_t> Session::Impl::prompt_ids(const std::vector<Message>& turn,
+                                              const std::vector<PatchifiedImage>& images, const std::string& prefix,
+                                              std::vector<int32_t> ids) {
+  Impl& s = *this;
   std::vector<int64_t> pads;
   for (const auto& img : images) pads.push_back(img.grid.tokens(s.config.vision.spatial_merge_size));
-  prompt = expand_image_pads(prompt, pads);
-  std::vector<int32_t> ids = s.pending;
+  const std::string prompt = expand_image_pads(prefix + render_chat(turn), pads);
   for (auto id : s.tokenizer.encode(prompt)) ids.push_back(int32_t(id));
-  answer.prompt_tokens = int64_t(ids.size());
+  return ids;
+}
 
-  const int64_t room = s.options.max_context - s.decoder.cached();
-  if (int64_t(ids.size()) + 1 > room)
-    throw ContextFull("the prompt needs " + std::to_string(ids.size()) + " tokens but only " + std::to_string(room) +
-                " of the context limit (" + std::to_string(s.options.max_context) +
-                ") are left; raise --max-context, lower --max-pixels, or start a new conversation");
-
-  // 3. Vision features for every image of the turn: images seen recently come
-  // from the feature cache, the others are encoded together in one call.
-  std::optional<VisionFeatures> features;
-  if (!images.empty()) {
-    const auto t_vision = Clock::now();
-    std::vector<ImageFeatures> per_image(images.size());
-    std::vector<std::string> keys;
-    std::vector<size_t> missing;
-    for (size_t i = 0; i < images.size(); ++i) {
-      keys.push_back(FeatureCache::key_of(images[i]));
-      if (const ImageFeatures* hit = s.feature_cache.find(keys.back())) per_image[i] = *hit;
-      else missing.push_back(i);
-    }
-    if (!missing.empty()) {
-      int64_t rows = 0;
-      for (size_t i : missing) rows += images[i].grid.patches();
-      at::Tensor pixels = at::empty({rows, images[missing[0]].patch_dim}, at::kFloat);
-      float* dst = pixels.data_ptr<float>();
-      std::vector<ImageGrid> grids;
-      for (size_t i : missing) {
-        std::memcpy(dst, images[i].pixel_values.data(), images[i].pixel_values.size() * sizeof(float));
-        dst += images[i].pixel_values.size();
-        grids.push_back(images[i].grid);
-      }
-      VisionFeatures encoded = s.vision_encoder().encode(pixels, grids);
-      s.stats.vision_calls += 1;
-      s.stats.images_encoded += int64_t(missing.size());
-      int64_t row = 0;
-      for (size_t i : missing) {
-        const int64_t n = images[i].grid.tokens(s.config.vision.spatial_merge_size);
-        per_image[i].embeds = encoded.embeds.narrow(0, row, n).clone();
-        for (const auto& d : encoded.deepstack) per_image[i].deepstack.push_back(d.narrow(0, row, n).clone());
-        row += n;
-        s.feature_cache.put(keys[i], per_image[i]);
-      }
-    }
-    VisionFeatures all;
-    std::vector<at::Tensor> parts;
-    for (const auto& f : per_image) parts.push_back(f.embeds);
-    all.embeds = at::cat(parts, 0);
-    for (size_t d = 0; d < per_image[0].deepstack.size(); ++d) {
-      parts.clear();
-      for (const auto& f : per_image) parts.push_back(f.deepstack[d]);
-      all.deepstack.push_back(at::cat(parts, 0));
-    }
-    features = std::move(all);
-    answer.timings.vision_s = seconds_since(t_vision);
+// Images seen recently come from the feature cache, the others are encoded
+// together in one call.
+std::optional<VisionFeatures> Session::Impl::image_features(const std::vector<PatchifiedImage>& images) {
+  Impl& s = *this;
+  if (images.empty()) return std::nullopt;
+  std::vector<ImageFeatures> per_image(images.size());
+  std::vector<std::string> keys;
+  std::vector<size_t> missing;
+  for (size_t i = 0; i < images.size(); ++i) {
+    keys.push_back(FeatureCache::key_of(images[i]));
+    if (const ImageFeatures* hit = s.feature_cache.find(keys.back())) per_image[i] = *hit;
+    else missing.push_back(i);
   }
+  if (!missing.empty()) {
+    int64_t rows = 0;
+    for (size_t i : missing) rows += images[i].grid.patches();
+    at::Tensor pixels = at::empty({rows, images[missing[0]].patch_dim}, at::kFloat);
+    float* dst = pixels.data_ptr<float>();
+    std::vector<ImageGrid> grids;
+    for (size_t i : missing) {
+      std::memcpy(dst, images[i].pixel_values.data(), images[i].pixel_values.size() * sizeof(float));
+      dst += images[i].pixel_values.size();
+      grids.push_back(images[i].grid);
+    }
+    VisionFeatures encoded = s.vision_encoder().encode(pixels, grids);
+    s.stats.vision_calls += 1;
+    s.stats.images_encoded += int64_t(missing.size());
+    int64_t row = 0;
+    for (size_t i : missing) {
+      const int64_t n = images[i].grid.tokens(s.config.vision.spatial_merge_size);
+      per_image[i].embeds = encoded.embeds.narrow(0, row, n).clone();
+      for (const auto& d : encoded.deepstack) per_image[i].deepstack.push_back(d.narrow(0, row, n).clone());
+      row += n;
+      s.feature_cache.put(keys[i], per_image[i]);
+    }
+  }
+  VisionFeatures all;
+  std::vector<at::Tensor> parts;
+  for (const auto& f : per_image) parts.push_back(f.embeds);
+  all.embeds = at::cat(parts, 0);
+  for (size_t d = 0; d < per_image[0].deepstack.size(); ++d) {
+    parts.clear();
+    for (const auto& f : per_image) parts.push_back(f.deepstack[d]);
+    all.deepstack.push_back(at::cat(parts, 0));
+  }
+  return all;
+}
 
-  // 4. Embeddings with image features scattered into the image-pad slots.
-  const auto t_prefill = Clock::now();
-  at::Tensor embeds = s.decoder.embed(ids);
-  std::optional<DeepstackInput> deepstack;
+// Embeddings with image features scattered into the image-pad slots, and positions.
+PromptInput Session::Impl::prompt_input(const std::vector<int32_t>& ids, const std::vector<ImageGrid>& grids,
+                                        const std::optional<VisionFeatures>& features, int64_t first_position) {
+  Impl& s = *this;
+  PromptInput in;
+  in.embeds = s.decoder.embed(ids);
   if (features) {
     std::vector<int64_t> ids64(ids.begin(), ids.end());
     at::Tensor mask = at::from_blob(ids64.data(), {int64_t(ids64.size())}, at::kLong).eq(s.config.image_token_id);
@@ -312,66 +388,191 @@ Answer Session::ask(const std::vector<Message>& turn, const std::vector<Patchifi
       throw Error("image features (" + std::to_string(features->embeds.size(0)) + ") do not match image tokens (" +
                   std::to_string(n_visual) + ")");
     at::Tensor index = mask.nonzero().squeeze(1);
-    embeds.index_copy_(0, index, features->embeds.to(embeds.scalar_type()));
+    in.embeds.index_copy_(0, index, features->embeds.to(in.embeds.scalar_type()));
     DeepstackInput ds;
     ds.visual_mask = mask;
-    for (const auto& f : features->deepstack) ds.features.push_back(f.to(embeds.scalar_type()));
-    deepstack = std::move(ds);
+    for (const auto& f : features->deepstack) ds.features.push_back(f.to(in.embeds.scalar_type()));
+    in.deepstack = std::move(ds);
   }
-  MropePositions pos = mrope_positions(ids, answer.grids, s.config.vision.spatial_merge_size,
-                                       int32_t(s.config.image_token_id), s.next_position);
-  at::Tensor logits = s.decoder.forward(embeds, positions_tensor(pos), deepstack ? &*deepstack : nullptr);
-  s.next_position = pos.next;
+  MropePositions pos =
+      mrope_positions(ids, grids, s.config.vision.spatial_merge_size, int32_t(s.config.image_token_id), first_position);
+  in.positions = positions_tensor(pos);
+  in.next_position = pos.next;
+  return in;
+}
+
+Answer Session::ask(const std::vector<Message>& turn, const std::vector<PatchifiedImage>& images,
+                    const SamplingOptions& sampling, const TextCallback& on_text) {
+  Impl& s = *impl_;
+  at::NoGradGuard no_grad;
+  const auto t_start = Clock::now();
+  Answer answer;
+  check_image_count(turn, images);
+  for (const auto& img : images) answer.grids.push_back(img.grid);
+  s.budget.check_images(answer.grids);
+
+  // Prompt text for this turn, continuing the conversation if there is one.
+  if (s.decoder.cached() > 0 && !turn.empty() && turn[0].role == "system")
+    throw Error("a system message can only start a conversation");
+  const std::vector<int32_t> ids =
+      s.prompt_ids(turn, images, s.assistant_turn_open ? "<|im_end|>\n" : "", s.pending);
+  answer.prompt_tokens = int64_t(ids.size());
+  const int64_t room = s.options.max_context - s.decoder.cached();
+  if (int64_t(ids.size()) + 1 > room)
+    throw ContextFull("the prompt needs " + std::to_string(ids.size()) + " tokens but only " + std::to_string(room) +
+                      " of the context limit (" + std::to_string(s.options.max_context) +
+                      ") are left; raise --max-context, lower --max-pixels, or start a new conversation");
+
+  const auto t_vision = Clock::now();
+  const std::optional<VisionFeatures> features = s.image_features(images);
+  if (features) answer.timings.vision_s = seconds_since(t_vision);
+
+  const auto t_prefill = Clock::now();
+  const PromptInput in = s.prompt_input(ids, answer.grids, features, s.next_position);
+  at::Tensor logits = s.decoder.forward(in.embeds, in.positions, in.deepstack_ptr());
+  s.next_position = in.next_position;
   s.context.insert(s.context.end(), ids.begin(), ids.end());
   s.pending.clear();
   answer.timings.prefill_s = seconds_since(t_prefill);
 
-  // 5. Generate: sample, stream, feed back.
-  Sampler sampler(sampling);
-  StreamDecoder stream(s.tokenizer, /*skip_special=*/true);
+  // Generate: sample, stream, feed back.
+  Reply reply(sampling, s.tokenizer, answer);
   const auto t_decode = Clock::now();
-  answer.stop_reason = "length";
-  for (int64_t step = 0; step < sampling.max_new_tokens; ++step) {
-    at::Tensor l = logits.to(at::kFloat).contiguous();
-    if (step == 0 && s.options.keep_first_logits)
+  while (int64_t(answer.tokens.size()) < sampling.max_new_tokens) {
+    if (answer.tokens.empty() && s.options.keep_first_logits) {
+      at::Tensor l = logits.to(at::kFloat).contiguous();
       answer.first_logits.assign(l.data_ptr<float>(), l.data_ptr<float>() + l.numel());
-    int32_t token = sampler.next(l.data_ptr<float>(), l.numel(), s.context, answer.tokens);
-    if (step == 0) answer.timings.ttft_s = seconds_since(t_start);
-    if (!sampling.ignore_eos && sampler.is_eos(token)) {
-      answer.stop_reason = "eos";
-      break;
     }
-    answer.tokens.push_back(token);
-    std::string piece = stream.push(token);
-    answer.text += piece;
-    bool keep_going = true;
-    if (on_text && !piece.empty()) keep_going = on_text(piece);
-    if (!keep_going) {
-      answer.stop_reason = "interrupted";
-      s.pending.push_back(token);
-      break;
-    }
-    if (step + 1 == sampling.max_new_tokens || s.decoder.cached() + 1 >= s.options.max_context) {
-      if (s.decoder.cached() + 1 >= s.options.max_context) answer.stop_reason = "context";
-      s.pending.push_back(token);  // fed with the next turn, so the cache stays whole
-      break;
-    }
-    at::Tensor e = s.decoder.embed({token});
-    at::Tensor p = at::full({3, 1}, s.next_position, at::kLong);
-    logits = s.decoder.forward(e, p);
+    const std::optional<int32_t> token =
+        reply.next(logits, s.context, s.options.max_context - s.decoder.cached(), on_text);
+    if (answer.timings.ttft_s == 0) answer.timings.ttft_s = seconds_since(t_start);
+    if (!token) break;
+    logits = s.decoder.forward(s.decoder.embed({*token}), at::full({3, 1}, s.next_position, at::kLong));
     s.next_position += 1;
-    s.context.push_back(token);
+    s.context.push_back(*token);
+    s.stats.decoded_tokens += 1;
   }
-  std::string tail = stream.finish();
-  if (!tail.empty()) {
-    answer.text += tail;
-    if (on_text) on_text(tail);
-  }
+  // A token sampled but not fed is fed with the next turn, so the cache stays whole.
+  if (reply.last_unfed()) s.pending.push_back(*reply.last_unfed());
+  reply.finish(on_text);
   answer.timings.decode_s = seconds_since(t_decode);
+  s.stats.decode_s += answer.timings.decode_s;
   if (answer.timings.ttft_s == 0) answer.timings.ttft_s = seconds_since(t_start);
   s.assistant_turn_open = true;
   s.stats.turns += 1;
   return answer;
+}
+
+void Session::ask_batch(int64_t batch, const std::function<std::optional<BatchRequest>()>& next_request,
+                        const SamplingOptions& sampling, const std::function<void(BatchResult)>& on_result) {
+  Impl& s = *impl_;
+  at::NoGradGuard no_grad;
+  if (batch < 1) throw Error("the batch size must be at least 1, got " + std::to_string(batch));
+  s.budget.check_batch(batch);
+  // Sequence 0 is the conversation of ask(); the batch uses 1..batch.
+  s.decoder.set_sequences(batch + 1);
+
+  struct Running {
+    uint64_t tag = 0;
+    int64_t sequence = 0;
+    std::unique_ptr<Answer> answer;  // Reply keeps a reference: must not move
+    std::unique_ptr<Reply> reply;
+    std::vector<int32_t> context;
+    int64_t next_position = 0;
+    at::Tensor logits;
+    Clock::time_point t_start, t_decode;
+  };
+  std::vector<Running> running;
+  std::vector<int64_t> free_sequences;
+  for (int64_t i = batch; i >= 1; --i) free_sequences.push_back(i);
+  bool requests_left = true;
+
+  auto finish = [&](Running& r) {
+    r.reply->finish({});
+    Answer& a = *r.answer;
+    a.timings.decode_s = seconds_since(r.t_decode);
+    if (a.timings.ttft_s == 0) a.timings.ttft_s = seconds_since(r.t_start);
+    free_sequences.push_back(r.sequence);
+    on_result({r.tag, std::move(a), ""});
+  };
+
+  // Prefills one request into a free sequence; a request that fails (bad
+  // prompt, too long, no memory for its image) is answered with its error.
+  auto start = [&](BatchRequest& req) {
+    Running r;
+    r.tag = req.tag;
+    r.t_start = Clock::now();
+    r.answer = std::make_unique<Answer>();
+    Answer& a = *r.answer;
+    try {
+      check_image_count(req.turn, req.images);
+      for (const auto& img : req.images) a.grids.push_back(img.grid);
+      s.budget.check_images(a.grids);
+      r.context = s.prompt_ids(req.turn, req.images, "", {});
+      a.prompt_tokens = int64_t(r.context.size());
+      if (a.prompt_tokens + 1 > s.options.max_context)
+        throw ContextFull("the prompt needs " + std::to_string(a.prompt_tokens) + " tokens but the context limit is " +
+                          std::to_string(s.options.max_context) + "; raise --max-context or lower --max-pixels");
+      const auto t_vision = Clock::now();
+      const std::optional<VisionFeatures> features = s.image_features(req.images);
+      if (features) a.timings.vision_s = seconds_since(t_vision);
+      const auto t_prefill = Clock::now();
+      r.sequence = free_sequences.back();
+      s.decoder.reset_sequence(r.sequence);
+      const PromptInput in = s.prompt_input(r.context, a.grids, features, 0);
+      r.logits = s.decoder.forward_sequence(r.sequence, in.embeds, in.positions, in.deepstack_ptr());
+      r.next_position = in.next_position;
+      a.timings.prefill_s = seconds_since(t_prefill);
+    } catch (const std::exception& e) {  // libtorch's errors too: one request must not end the batch
+      const std::string what = e.what();
+      on_result({req.tag, Answer{}, what.substr(0, what.find('\n'))});
+      return;
+    }
+    free_sequences.pop_back();
+    r.reply = std::make_unique<Reply>(sampling, s.tokenizer, a);
+    r.t_decode = Clock::now();
+    running.push_back(std::move(r));
+  };
+
+  while (true) {
+    while (requests_left && !free_sequences.empty()) {
+      std::optional<BatchRequest> req = next_request();
+      if (!req) {
+        requests_left = false;
+        break;
+      }
+      start(*req);
+    }
+    if (running.empty()) break;
+
+    // One token for every running sequence; those that go on are stepped together.
+    const auto t_step = Clock::now();
+    std::vector<int64_t> sequences, positions;
+    std::vector<int32_t> tokens;
+    std::vector<Running> still;
+    for (Running& r : running) {
+      const std::optional<int32_t> token =
+          r.reply->next(r.logits, r.context, s.options.max_context - s.decoder.cached(r.sequence), {});
+      if (r.answer->timings.ttft_s == 0) r.answer->timings.ttft_s = seconds_since(r.t_start);
+      if (!token) {
+        finish(r);
+        continue;
+      }
+      sequences.push_back(r.sequence);
+      tokens.push_back(*token);
+      positions.push_back(r.next_position);
+      r.context.push_back(*token);
+      r.next_position += 1;
+      still.push_back(std::move(r));
+    }
+    running = std::move(still);
+    if (!running.empty()) {
+      at::Tensor logits = s.decoder.step(sequences, tokens, positions);
+      for (size_t i = 0; i < running.size(); ++i) running[i].logits = logits[int64_t(i)];
+      s.stats.decoded_tokens += int64_t(running.size());
+    }
+    s.stats.decode_s += seconds_since(t_step);
+  }
 }
 
 }  // namespace qvl

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,10 +66,27 @@ struct SessionStats {
   int64_t images_encoded = 0;
   int64_t turns = 0;
   int64_t peak_rss_mb = 0;
+  // Token-by-token generation so far (prompts excluded): tokens fed back to the
+  // decoder and the wall time of those steps, sampling included.
+  int64_t decoded_tokens = 0;
+  double decode_s = 0;
 };
 
 // Return false to stop generation (Ctrl-C, a consumer that has enough).
 using TextCallback = std::function<bool(const std::string& piece)>;
+
+// One independent question for Session::ask_batch: a conversation of one turn.
+struct BatchRequest {
+  uint64_t tag = 0;                     // handed back with the result
+  std::vector<Message> turn;
+  std::vector<PatchifiedImage> images;  // preprocessed, one per image part of `turn`
+};
+
+struct BatchResult {
+  uint64_t tag = 0;
+  Answer answer;
+  std::string error;  // set: this request failed (the others go on)
+};
 
 class Session {
  public:
@@ -86,6 +104,16 @@ class Session {
   // timings.image_s zero: the caller did that work.
   Answer ask(const std::vector<Message>& turn, const std::vector<PatchifiedImage>& images,
              const SamplingOptions& sampling, const TextCallback& on_text = {});
+
+  // Answers independent one-turn requests, up to `batch` at a time: each
+  // prompt is prefilled on its own, then the sequences decode together, so
+  // each weight read serves all of them. A finished sequence makes room for
+  // the next request at once. next_request() supplies requests (nullopt: no
+  // more, e.g. after an interrupt: the running ones still finish);
+  // on_result() gets each answer, or the error of a request that could not
+  // start, in order of completion. The conversation of ask() is untouched.
+  void ask_batch(int64_t batch, const std::function<std::optional<BatchRequest>()>& next_request,
+                 const SamplingOptions& sampling, const std::function<void(BatchResult)>& on_result);
 
   void reset();  // forget the conversation (the model stays loaded)
   SessionStats stats() const;
