@@ -22,18 +22,8 @@ using namespace decode_detail;
 
 namespace {
 
-inline float load_at(Storage s, const void* p, int64_t i) {
-  return s == Storage::F32 ? static_cast<const float*>(p)[i] : bf16_to_float(static_cast<const uint16_t*>(p)[i]);
-}
-inline void store_at(Storage s, void* p, int64_t i, float v) {
-  if (s == Storage::F32)
-    static_cast<float*>(p)[i] = v;
-  else
-    static_cast<uint16_t*>(p)[i] = float_to_bf16(v);
-}
-inline float round_to(Storage s, float v) { return s == Storage::F32 ? v : bf16_to_float(float_to_bf16(v)); }
 inline const void* offset(Storage s, const void* p, int64_t elements) {
-  return static_cast<const char*>(p) + elements * (s == Storage::F32 ? 4 : 2);
+  return static_cast<const char*>(p) + elements * element_size(s);
 }
 
 constexpr int kLanes = 16;  // floats in a 512-bit register

@@ -12,7 +12,7 @@
 #pragma once
 #include <cstdint>
 
-#include "qvl/kernels/vision_ops.h"  // Storage, VecPath
+#include "qvl/kernels/storage.h"  // Storage, VecPath
 
 namespace qvl::kernels {
 

@@ -18,19 +18,6 @@ using namespace vision_detail;
 
 namespace {
 
-// Scalar access to one element of either storage.
-inline float load_at(Storage s, const void* p, int64_t i) {
-  return s == Storage::F32 ? static_cast<const float*>(p)[i] : bf16_to_float(static_cast<const uint16_t*>(p)[i]);
-}
-inline void store_at(Storage s, void* p, int64_t i, float v) {
-  if (s == Storage::F32)
-    static_cast<float*>(p)[i] = v;
-  else
-    static_cast<uint16_t*>(p)[i] = float_to_bf16(v);
-}
-inline float round_to(Storage s, float v) { return s == Storage::F32 ? v : bf16_to_float(float_to_bf16(v)); }
-inline size_t element_size(Storage s) { return s == Storage::F32 ? 4 : 2; }
-
 bool use_avx512(VecPath path) {
   if (!vec_path_supported(path))
     throw Error("vision kernels: the AVX-512 path was asked for but this CPU lacks AVX-512 F/BW/BF16");

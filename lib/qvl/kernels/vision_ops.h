@@ -11,17 +11,9 @@
 #pragma once
 #include <cstdint>
 
+#include "qvl/kernels/storage.h"  // Storage, VecPath
+
 namespace qvl::kernels {
-
-enum class Storage { F32, BF16 };
-
-// Which code does the arithmetic.
-enum class VecPath {
-  Best,    // Avx512 when the CPU has AVX-512 F+BW+BF16, else Scalar
-  Scalar,  // portable C++ (std::exp, std::tanh)
-  Avx512,  // intrinsics with a polynomial exp
-};
-bool vec_path_supported(VecPath path);
 
 // x and y are rows × cols. When `add` is given, x += add first (x is updated
 // and rounded to its storage, like the reference's residual add), then
