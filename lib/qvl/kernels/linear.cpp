@@ -16,18 +16,23 @@ constexpr int64_t kDequantBlockElements = int64_t(1) << 24;
 // dominate the cost, so stream them once with the AVX-512 GEMV, which reaches
 // the memory bandwidth where oneDNN's matmul gets about a third of it.
 bool use_bf16_gemv(const at::Tensor& x, const at::Tensor& weight) {
-  return x.size(0) <= kMaxBatch && weight.scalar_type() == at::kBFloat16 && weight.is_contiguous() &&
+  return x.size(0) <= kBf16GemvMaxRows && weight.scalar_type() == at::kBFloat16 && weight.is_contiguous() &&
          weight.dim() == 2 && cpu_has_avx512();
 }
 
-// The GEMVs take and give float32 rows; out is written directly when it is float32 already.
+// The GEMVs take and give float32 rows, at most kMaxBatch per call: longer
+// inputs go through in pieces (each piece reads the weights once more). out
+// is written directly when it is float32 already.
 template <class Gemv>
 void gemv_into(at::Tensor& out, const at::Tensor& x, int64_t out_features, Gemv gemv) {
   const int64_t rows = x.size(0);
   at::Tensor xf = x.to(at::kFloat).contiguous();
   const bool direct = out.scalar_type() == at::kFloat && out.is_contiguous();
   at::Tensor yf = direct ? out : at::empty({rows, out_features}, at::kFloat);
-  gemv(xf.data_ptr<float>(), yf.data_ptr<float>(), rows);
+  for (int64_t first = 0; first < rows; first += kMaxBatch) {
+    const int64_t n = std::min(kMaxBatch, rows - first);
+    gemv(xf.data_ptr<float>() + first * xf.size(1), yf.data_ptr<float>() + first * out_features, n);
+  }
   if (!direct) out.copy_(yf);
 }
 
@@ -85,7 +90,7 @@ void linear_into(at::Tensor& out, const at::Tensor& x, const LinearWeight& weigh
                  at::Tensor& scratch) {
   if (!weight.int8) return linear_into(out, x, weight.dense, bias);
   const Int8Matrix& w = *weight.int8;
-  if (x.size(0) <= kMaxBatch) {
+  if (x.size(0) <= kInt8GemvMaxRows) {
     gemv_into(out, x, w.rows, [&](const float* xf, float* yf, int64_t rows) { gemv_int8(w, xf, yf, rows); });
   } else {
     int8_matmul_into(out, x, w, scratch);
