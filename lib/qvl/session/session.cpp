@@ -1,3 +1,5 @@
+// The Session: loading, one conversation's turns (ask), and the prompt and
+// vision pieces ask_batch (session_batch.cpp) shares.
 #include "qvl/session/session.h"
 
 #include <ATen/ATen.h>
@@ -8,11 +10,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <thread>
 
 #include "qvl/decoder/decoder.h"
 #include "qvl/error.h"
@@ -23,15 +25,13 @@
 #include "qvl/model/memory_budget.h"
 #include "qvl/model/mrope_positions.h"
 #include "qvl/session/feature_cache.h"
+#include "qvl/session/session_internal.h"
 #include "qvl/text/tokenizer.h"
 #include "qvl/vision/module_cache.h"
 #include "qvl/vision/vision_encoder.h"
 
 namespace qvl {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 at::ScalarType parse_compute_dtype(const std::string& s) {
   if (s == "bf16") return at::kBFloat16;
@@ -93,14 +93,6 @@ at::Tensor positions_tensor(const MropePositions& pos) {
   return t;
 }
 
-// The prompt of a turn as the decoder takes it.
-struct PromptInput {
-  at::Tensor embeds;     // [L, hidden] with image features in the image-pad slots
-  at::Tensor positions;  // [3, L]
-  std::optional<DeepstackInput> deepstack;
-  int64_t next_position = 0;
-  const DeepstackInput* deepstack_ptr() const { return deepstack ? &*deepstack : nullptr; }
-};
 
 }  // namespace
 
@@ -129,63 +121,32 @@ int64_t peak_rss_mb() {
   return kb / 1024;
 }
 
-struct Session::Impl {
-  SessionOptions options;
-  ModelConfig config;
-  PreprocessorConfig preprocessor;
-  GenerationConfig generation;
-  Tokenizer tokenizer;
-  Checkpoint checkpoint;
-  MemoryBudget budget;  // refuses before the decoder maps or converts any weight
-  at::ScalarType dtype;
-  Decoder decoder;
-  std::unique_ptr<VisionEncoder> vision;  // built at the first image
-  double load_s = 0;
+Session::Impl::Impl(const SessionOptions& o, Clock::time_point t0)
+    : options(o),
+      config(load_model_config(o.model_dir)),
+      preprocessor(load_preprocessor_config(o.model_dir)),
+      generation(load_generation_config(o.model_dir)),
+      tokenizer(Tokenizer::load_from_model_dir(o.model_dir)),
+      checkpoint(open_checkpoint(o.model_dir, config)),
+      budget(config, MemoryOptions{o.dtype, o.quant, o.max_context, o.threads}, o.max_memory_mb),
+      dtype(parse_compute_dtype(o.dtype)),
+      decoder(checkpoint, config.text, decoder_options(o, checkpoint, dtype)),
+      feature_cache(o.feature_cache_mb << 20) {
+  if (o.min_pixels > 0) preprocessor.min_pixels = o.min_pixels;
+  if (o.max_pixels > 0) preprocessor.max_pixels = o.max_pixels;
+  if (preprocessor.min_pixels > preprocessor.max_pixels)
+    throw Error("--min-pixels (" + std::to_string(preprocessor.min_pixels) + ") exceeds --max-pixels (" +
+                std::to_string(preprocessor.max_pixels) + ")");
+  stats.max_context = o.max_context;
+  load_s = seconds_since(t0);
+}
 
-  // Conversation state.
-  std::vector<int32_t> context;     // every token in the KV cache, for penalties
-  std::vector<int32_t> pending;     // generated but not yet fed (the last token)
-  bool assistant_turn_open = false; // the last answer still needs its <|im_end|>
-  int64_t next_position = 0;
-  SessionStats stats;
-  FeatureCache feature_cache;  // vision features of recent images
-
-  Impl(const SessionOptions& o, Clock::time_point t0)
-      : options(o),
-        config(load_model_config(o.model_dir)),
-        preprocessor(load_preprocessor_config(o.model_dir)),
-        generation(load_generation_config(o.model_dir)),
-        tokenizer(Tokenizer::load_from_model_dir(o.model_dir)),
-        checkpoint(open_checkpoint(o.model_dir, config)),
-        budget(config, MemoryOptions{o.dtype, o.quant, o.max_context, o.threads}, o.max_memory_mb),
-        dtype(parse_compute_dtype(o.dtype)),
-        decoder(checkpoint, config.text, decoder_options(o, checkpoint, dtype)),
-        feature_cache(o.feature_cache_mb << 20) {
-    if (o.min_pixels > 0) preprocessor.min_pixels = o.min_pixels;
-    if (o.max_pixels > 0) preprocessor.max_pixels = o.max_pixels;
-    if (preprocessor.min_pixels > preprocessor.max_pixels)
-      throw Error("--min-pixels (" + std::to_string(preprocessor.min_pixels) + ") exceeds --max-pixels (" +
-                  std::to_string(preprocessor.max_pixels) + ")");
-    stats.max_context = o.max_context;
-    load_s = seconds_since(t0);
+VisionEncoder& Session::Impl::vision_encoder() {
+  if (!vision) {
+    vision = std::make_unique<VisionEncoder>(options.model_dir, config, checkpoint, cache_options(options, dtype));
   }
-
-  // The token ids of a turn's prompt, after `ids` and the text `prefix`, with
-  // each image's pads expanded to its token count.
-  std::vector<int32_t> prompt_ids(const std::vector<Message>& turn, const std::vector<PatchifiedImage>& images,
-                                  const std::string& prefix, std::vector<int32_t> ids);
-  // Vision features of every image of a turn, in order.
-  std::optional<VisionFeatures> image_features(const std::vector<PatchifiedImage>& images);
-  PromptInput prompt_input(const std::vector<int32_t>& ids, const std::vector<ImageGrid>& grids,
-                           const std::optional<VisionFeatures>& features, int64_t first_position);
-
-  VisionEncoder& vision_encoder() {
-    if (!vision) {
-      vision = std::make_unique<VisionEncoder>(options.model_dir, config, checkpoint, cache_options(options, dtype));
-    }
-    return *vision;
-  }
-};
+  return *vision;
+}
 
 Session::Session(const SessionOptions& options) {
   auto t0 = Clock::now();
@@ -249,62 +210,6 @@ Answer Session::ask(const std::vector<Message>& turn, const SamplingOptions& sam
   return answer;
 }
 
-namespace {
-
-// One reply being generated: samples each token from the logits, streams its
-// text and decides when the reply is over.
-class Reply {
- public:
-  Reply(const SamplingOptions& sampling, const Tokenizer& tokenizer, Answer& answer)
-      : sampling_(sampling), sampler_(sampling), stream_(tokenizer, /*skip_special=*/true), answer_(answer) {
-    answer_.stop_reason = "length";
-  }
-
-  // Picks the next token. Returns it when it must be fed back to the decoder
-  // to go on; nullopt when the reply is over (answer.stop_reason says why,
-  // last_unfed() the sampled token that was not fed, if any).
-  // context: every token the sequence holds; room: tokens the cache can still take.
-  std::optional<int32_t> next(const at::Tensor& logits, const std::vector<int32_t>& context, int64_t room,
-                              const TextCallback& on_text) {
-    at::Tensor l = logits.to(at::kFloat).contiguous();
-    const int32_t token = sampler_.next(l.data_ptr<float>(), l.numel(), context, answer_.tokens);
-    if (!sampling_.ignore_eos && sampler_.is_eos(token)) {
-      answer_.stop_reason = "eos";
-      return std::nullopt;
-    }
-    answer_.tokens.push_back(token);
-    const std::string piece = stream_.push(token);
-    answer_.text += piece;
-    last_unfed_ = token;
-    if (on_text && !piece.empty() && !on_text(piece)) {
-      answer_.stop_reason = "interrupted";
-      return std::nullopt;
-    }
-    if (room <= 1) {  // feeding this token would leave no room for the next
-      answer_.stop_reason = "context";
-      return std::nullopt;
-    }
-    if (int64_t(answer_.tokens.size()) >= sampling_.max_new_tokens) return std::nullopt;
-    last_unfed_.reset();
-    return token;
-  }
-
-  // Flushes the text held back for an incomplete UTF-8 sequence.
-  void finish(const TextCallback& on_text) {
-    const std::string tail = stream_.finish();
-    if (tail.empty()) return;
-    answer_.text += tail;
-    if (on_text) on_text(tail);
-  }
-  std::optional<int32_t> last_unfed() const { return last_unfed_; }
-
- private:
-  const SamplingOptions& sampling_;
-  Sampler sampler_;
-  StreamDecoder stream_;
-  Answer& answer_;
-  std::optional<int32_t> last_unfed_;
-};
 
 void check_image_count(const std::vector<Message>& turn, const std::vector<PatchifiedImage>& images) {
   const size_t image_parts = image_paths(turn).size();
@@ -312,8 +217,6 @@ void check_image_count(const std::vector<Message>& turn, const std::vector<Patch
     throw Error("the turn has " + std::to_string(image_parts) + " image parts but " + std::to_string(images.size()) +
                 " preprocessed images were given");
 }
-
-}  // namespace
 
 std::vector<int32_t> Session::Impl::prompt_ids(const std::vector<Message>& turn,
                                               const std::vector<PatchifiedImage>& images, const std::string& prefix,
@@ -463,116 +366,5 @@ Answer Session::ask(const std::vector<Message>& turn, const std::vector<Patchifi
   return answer;
 }
 
-void Session::ask_batch(int64_t batch, const std::function<std::optional<BatchRequest>()>& next_request,
-                        const SamplingOptions& sampling, const std::function<void(BatchResult)>& on_result) {
-  Impl& s = *impl_;
-  at::NoGradGuard no_grad;
-  if (batch < 1) throw Error("the batch size must be at least 1, got " + std::to_string(batch));
-  s.budget.check_batch(batch);
-  // Sequence 0 is the conversation of ask(); the batch uses 1..batch.
-  s.decoder.set_sequences(batch + 1);
-
-  struct Running {
-    uint64_t tag = 0;
-    int64_t sequence = 0;
-    std::unique_ptr<Answer> answer;  // Reply keeps a reference: must not move
-    std::unique_ptr<Reply> reply;
-    std::vector<int32_t> context;
-    int64_t next_position = 0;
-    at::Tensor logits;
-    Clock::time_point t_start, t_decode;
-  };
-  std::vector<Running> running;
-  std::vector<int64_t> free_sequences;
-  for (int64_t i = batch; i >= 1; --i) free_sequences.push_back(i);
-  bool requests_left = true;
-
-  auto finish = [&](Running& r) {
-    r.reply->finish({});
-    Answer& a = *r.answer;
-    a.timings.decode_s = seconds_since(r.t_decode);
-    if (a.timings.ttft_s == 0) a.timings.ttft_s = seconds_since(r.t_start);
-    free_sequences.push_back(r.sequence);
-    on_result({r.tag, std::move(a), ""});
-  };
-
-  // Prefills one request into a free sequence; a request that fails (bad
-  // prompt, too long, no memory for its image) is answered with its error.
-  auto start = [&](BatchRequest& req) {
-    Running r;
-    r.tag = req.tag;
-    r.t_start = Clock::now();
-    r.answer = std::make_unique<Answer>();
-    Answer& a = *r.answer;
-    try {
-      check_image_count(req.turn, req.images);
-      for (const auto& img : req.images) a.grids.push_back(img.grid);
-      s.budget.check_images(a.grids);
-      r.context = s.prompt_ids(req.turn, req.images, "", {});
-      a.prompt_tokens = int64_t(r.context.size());
-      if (a.prompt_tokens + 1 > s.options.max_context)
-        throw ContextFull("the prompt needs " + std::to_string(a.prompt_tokens) + " tokens but the context limit is " +
-                          std::to_string(s.options.max_context) + "; raise --max-context or lower --max-pixels");
-      const auto t_vision = Clock::now();
-      const std::optional<VisionFeatures> features = s.image_features(req.images);
-      if (features) a.timings.vision_s = seconds_since(t_vision);
-      const auto t_prefill = Clock::now();
-      r.sequence = free_sequences.back();
-      s.decoder.reset_sequence(r.sequence);
-      const PromptInput in = s.prompt_input(r.context, a.grids, features, 0);
-      r.logits = s.decoder.forward_sequence(r.sequence, in.embeds, in.positions, in.deepstack_ptr());
-      r.next_position = in.next_position;
-      a.timings.prefill_s = seconds_since(t_prefill);
-    } catch (const std::exception& e) {  // libtorch's errors too: one request must not end the batch
-      const std::string what = e.what();
-      on_result({req.tag, Answer{}, what.substr(0, what.find('\n'))});
-      return;
-    }
-    free_sequences.pop_back();
-    r.reply = std::make_unique<Reply>(sampling, s.tokenizer, a);
-    r.t_decode = Clock::now();
-    running.push_back(std::move(r));
-  };
-
-  while (true) {
-    while (requests_left && !free_sequences.empty()) {
-      std::optional<BatchRequest> req = next_request();
-      if (!req) {
-        requests_left = false;
-        break;
-      }
-      start(*req);
-    }
-    if (running.empty()) break;
-
-    // One token for every running sequence; those that go on are stepped together.
-    const auto t_step = Clock::now();
-    std::vector<int64_t> sequences, positions;
-    std::vector<int32_t> tokens;
-    std::vector<Running> still;
-    for (Running& r : running) {
-      const std::optional<int32_t> token =
-          r.reply->next(r.logits, r.context, s.options.max_context - s.decoder.cached(r.sequence), {});
-      if (r.answer->timings.ttft_s == 0) r.answer->timings.ttft_s = seconds_since(r.t_start);
-      if (!token) {
-        finish(r);
-        continue;
-      }
-      sequences.push_back(r.sequence);
-      tokens.push_back(*token);
-      positions.push_back(r.next_position);
-      r.context.push_back(*token);
-      r.next_position += 1;
-      still.push_back(std::move(r));
-    }
-    running = std::move(still);
-    if (!running.empty()) {
-      at::Tensor logits = s.decoder.step(sequences, tokens, positions);
-      for (size_t i = 0; i < running.size(); ++i) running[i].logits = logits[int64_t(i)];
-      s.stats.decoded_tokens += int64_t(running.size());
-    }
-    s.stats.decode_s += seconds_since(t_step);
-  }
-}
 
 }  // namespace qvl
