@@ -20,42 +20,12 @@
 #include "qvl/model/config.h"
 #include "test_support.h"
 
-#include "torch_test_support.h"
+#include "golden_prompts.h"
 
 using namespace qvl;
 using namespace qvl::test;
 
 namespace {
-
-
-
-
-// One prompt as the reference fed it to the text decoder.
-struct Prompt {
-  at::Tensor embeds;     // [L, hidden] float32
-  at::Tensor positions;  // [3, L] int64
-  std::optional<DeepstackInput> deepstack;
-  int64_t length() const { return embeds.size(0); }
-  const DeepstackInput* deepstack_ptr() const { return deepstack ? &*deepstack : nullptr; }
-};
-
-Prompt load_prompt(const std::string& name) {
-  Prompt p;
-  p.embeds = golden(name + ".inputs_embeds");
-  const int64_t L = p.embeds.size(0);
-  if (has_golden(name + ".position_ids"))
-    p.positions = golden(name + ".position_ids").reshape({3, L});
-  else  // text only: the reference uses 0..L-1 on all three axes
-    p.positions = at::arange(L, at::kLong).expand({3, L}).contiguous();
-  if (has_golden(name + ".visual_pos_masks")) {
-    DeepstackInput ds;
-    ds.visual_mask = golden(name + ".visual_pos_masks").to(at::kBool);
-    for (int i = 0; has_golden(name + ".deepstack_visual_embeds." + std::to_string(i)); ++i)
-      ds.features.push_back(golden(name + ".deepstack_visual_embeds." + std::to_string(i)));
-    p.deepstack = ds;
-  }
-  return p;
-}
 
 // Tokens [start, start + len) of a prompt, with the deepstack rows that belong to them.
 Prompt slice(const Prompt& p, int64_t start, int64_t len) {
@@ -75,18 +45,13 @@ Prompt slice(const Prompt& p, int64_t start, int64_t len) {
 }
 
 std::vector<int64_t> json_ids(const nlohmann::json& j) { return j.get<std::vector<int64_t>>(); }
-const nlohmann::json& model_case(const std::string& name) { return test::goldens()["model_cases"][name]; }
 
 std::vector<int32_t> prompt_ids(const std::string& name) {
   at::Tensor ids = golden(name + ".input_ids").to(at::kInt).contiguous();
   return std::vector<int32_t>(ids.data_ptr<int32_t>(), ids.data_ptr<int32_t>() + ids.numel());
 }
 
-double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kFloat) - b.to(at::kFloat)).abs().max().item<double>();
-}
 double max_abs(const at::Tensor& a) { return a.to(at::kFloat).abs().max().item<double>(); }
-int64_t top1(const at::Tensor& logits) { return logits.argmax().item<int64_t>(); }
 
 Decoder make_decoder(at::ScalarType dtype, bool lazy = true, int64_t max_context = 256) {
   DecoderOptions o;
@@ -94,23 +59,6 @@ Decoder make_decoder(at::ScalarType dtype, bool lazy = true, int64_t max_context
   o.lazy = lazy;
   o.max_context = max_context;
   return Decoder(tiny_checkpoint(), tiny_config(), o);
-}
-
-// Greedy decoding as the reference ran it: decode steps continue the position
-// ids from one past the prompt's largest, equal on all three axes.
-std::vector<int64_t> greedy(Decoder& dec, const Prompt& p, int max_new) {
-  dec.reset();
-  at::Tensor logits = dec.forward(p.embeds, p.positions, p.deepstack_ptr());
-  const int64_t next_position = p.positions.max().item<int64_t>() + 1;
-  std::vector<int64_t> out;
-  for (int step = 0; step < max_new; ++step) {
-    const int64_t token = top1(logits);
-    out.push_back(token);
-    if (std::find(kStopIds.begin(), kStopIds.end(), token) != kStopIds.end() || step + 1 == max_new) break;
-    at::Tensor pos = at::full({3, 1}, next_position + step, at::kLong);
-    logits = dec.forward(dec.embed({static_cast<int32_t>(token)}), pos);
-  }
-  return out;
 }
 
 // CPU time of the whole process: with other work on the machine, a one-thread

@@ -24,17 +24,13 @@
 #include "qvl/model/config.h"
 #include "test_support.h"
 
-#include "torch_test_support.h"
+#include "golden_prompts.h"
 
 using namespace qvl;
 using namespace qvl::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-
-const nlohmann::json& model_case(const std::string& name) { return test::goldens()["model_cases"][name]; }
-
 
 // A fresh folder under the system's temp dir, removed at the end of the test.
 struct TempDir {
@@ -47,29 +43,6 @@ struct TempDir {
   ~TempDir() { fs::remove_all(path); }
   std::string str() const { return path.string(); }
 };
-
-// The reference's decoder inputs for one golden case.
-struct Prompt {
-  at::Tensor embeds, positions;
-  std::optional<DeepstackInput> deepstack;
-  const DeepstackInput* deepstack_ptr() const { return deepstack ? &*deepstack : nullptr; }
-};
-
-Prompt load_prompt(const std::string& name) {
-  Prompt p;
-  p.embeds = golden(name + ".inputs_embeds");
-  const int64_t L = p.embeds.size(0);
-  p.positions = has_golden(name + ".position_ids") ? golden(name + ".position_ids").reshape({3, L})
-                                                   : at::arange(L, at::kLong).expand({3, L}).contiguous();
-  if (has_golden(name + ".visual_pos_masks")) {
-    DeepstackInput ds;
-    ds.visual_mask = golden(name + ".visual_pos_masks").to(at::kBool);
-    for (int i = 0; has_golden(name + ".deepstack_visual_embeds." + std::to_string(i)); ++i)
-      ds.features.push_back(golden(name + ".deepstack_visual_embeds." + std::to_string(i)));
-    p.deepstack = ds;
-  }
-  return p;
-}
 
 struct Notes {
   std::vector<std::string> lines;
@@ -88,26 +61,6 @@ Decoder make_decoder(WeightQuant quant, const std::string& cache_dir = "", Notes
   o.quant_cache_dir = cache_dir;
   if (notes) o.on_note = notes->callback();
   return Decoder(tiny_checkpoint(), tiny_config(), o);
-}
-
-int64_t top1(const at::Tensor& logits) { return logits.argmax().item<int64_t>(); }
-double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kFloat) - b.to(at::kFloat)).abs().max().item<double>();
-}
-
-// Greedy decoding as the reference ran it (positions continue past the prompt's largest).
-std::vector<int64_t> greedy(Decoder& dec, const Prompt& p, int max_new) {
-  dec.reset();
-  at::Tensor logits = dec.forward(p.embeds, p.positions, p.deepstack_ptr());
-  const int64_t next_position = p.positions.max().item<int64_t>() + 1;
-  std::vector<int64_t> out;
-  for (int step = 0; step < max_new; ++step) {
-    const int64_t token = top1(logits);
-    out.push_back(token);
-    if (std::find(kStopIds.begin(), kStopIds.end(), token) != kStopIds.end() || step + 1 == max_new) break;
-    logits = dec.forward(dec.embed({int32_t(token)}), at::full({3, 1}, next_position + step, at::kLong));
-  }
-  return out;
 }
 
 // How many tokens agree before the first difference.
