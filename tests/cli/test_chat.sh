@@ -93,17 +93,20 @@ wait_for() { for _ in $(seq 300); do eval "$1" && return 0; sleep 0.1; done; ret
 echo "What is in the image?" >&3
 wait_for "[ -s '$TMP/int.out' ]" && kill -INT $pid
 wait_for "grep -q 'answer stopped' '$TMP/int.err'"
+# The random model's answers may contain newlines: bytes, not lines, tell
+# when the second answer has started.
+first_bytes=$(wc -c < "$TMP/int.out")
 echo "And then?" >&3
-wait_for "[ \$(wc -l < '$TMP/int.out') -ge 1 ] && [ \$(wc -c < '$TMP/int.out') -gt \$(head -1 '$TMP/int.out' | wc -c) ]" &&
-  kill -INT $pid
+wait_for "[ \$(wc -c < '$TMP/int.out') -gt $first_bytes ]" && kill -INT $pid
 wait_for "[ \$(grep -c 'answer stopped' '$TMP/int.err') -eq 2 ]"
 echo "/stats" >&3
 exec 3>&-
 wait $pid
 rc=$?
 check "Ctrl-C stops the answer and the REPL goes on to exit 0" "[ $rc -eq 0 ] && [ \$(grep -c '^(answer stopped)$' '$TMP/int.err') -eq 2 ]"
-check "... both stopped answers are on stdout, and the session kept both turns" \
-  "[ \$(wc -l < '$TMP/int.out') -eq 2 ] && grep -qx 'turns: 2' '$TMP/int.err' && grep -qx 'last_stop_reason: interrupted' '$TMP/int.err'"
+check "... both stopped answers are on stdout, each ended by a newline, and the session kept both turns" \
+  "[ $first_bytes -gt 1 ] && [ \$(wc -c < '$TMP/int.out') -gt $first_bytes ] && [ \"\$(head -c $first_bytes '$TMP/int.out' | tail -c 1 | od -An -c | tr -d ' ')\" = '\\n' ] \
+   && [ \"\$(tail -c 1 '$TMP/int.out' | od -An -c | tr -d ' ')\" = '\\n' ] && grep -qx 'turns: 2' '$TMP/int.err' && grep -qx 'last_stop_reason: interrupted' '$TMP/int.err'"
 show_on_fail "$TMP/int.err"
 
 "${CHAT[@]}" --image "$TMP/notes.png" < /dev/null > /dev/null 2> "$TMP/badstart.err"
