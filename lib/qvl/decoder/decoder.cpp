@@ -116,19 +116,19 @@ at::Tensor Decoder::forward(const at::Tensor& embeds, const at::Tensor& position
     kernels::linear_into(logits, normed, weights_->lm_head(), {}, workspace_->dequant_scratch());
     return logits.to(at::kFloat);
   }
-  kernels::linear_into(logits_buffer_, normed.narrow(0, L - 1, 1), weights_->lm_head(), {},
-                       workspace_->dequant_scratch());
-  return logits_buffer_.squeeze(0).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+  return last_logits(normed);
 }
 
 at::Tensor Decoder::forward_sequence(int64_t sequence, const at::Tensor& embeds, const at::Tensor& positions,
                                      const DeepstackInput* deepstack) {
   check_forward_inputs(embeds, positions, deepstack, cfg_);
-  const int64_t L = embeds.size(0);
-  at::Tensor normed = run_layers(embeds, positions, {{&cache(sequence), L}}, deepstack, nullptr);
-  at::Tensor logits = at::empty({1, cfg_.vocab_size}, at::TensorOptions().dtype(opts_.dtype));
-  kernels::linear_into(logits, normed.narrow(0, L - 1, 1), weights_->lm_head(), {}, workspace_->dequant_scratch());
-  return logits.squeeze(0).to(at::kFloat);
+  return last_logits(run_layers(embeds, positions, {{&cache(sequence), embeds.size(0)}}, deepstack, nullptr));
+}
+
+at::Tensor Decoder::last_logits(const at::Tensor& normed) {
+  kernels::linear_into(logits_buffer_, normed.narrow(0, normed.size(0) - 1, 1), weights_->lm_head(), {},
+                       workspace_->dequant_scratch());
+  return logits_buffer_.squeeze(0).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
 }
 
 at::Tensor Decoder::step(const std::vector<int64_t>& sequences, const std::vector<int32_t>& tokens,

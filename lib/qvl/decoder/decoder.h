@@ -79,6 +79,8 @@ class Decoder {
 
  private:
   KvCache& cache(int64_t sequence) const;
+  // float32 logits [vocab] of the last of the final-normed rows.
+  at::Tensor last_logits(const at::Tensor& normed);
   // Runs every layer over hidden [L, hidden], whose rows extend the given
   // sequences in order, commits the new tokens and returns the final-normed rows.
   at::Tensor run_layers(at::Tensor hidden, const at::Tensor& positions, const std::vector<SequenceRows>& parts,
