@@ -5,7 +5,10 @@
 //   qvl_bench_kernels [repetitions=5] [filter]
 //
 // filter: a substring of the labels printed, e.g. "bf16", "int8 group 128",
-// "batch 8", "2 threads". Configurations of one kind and thread count run
+// "batch 8", "2 threads", "avx2". Every CPU tier this machine can run is
+// measured (kernels/cpu.h; QVL_ISA does not limit it), with the avx512 tier's
+// dot-product (dpbf16, for bf16-valued x) and VNNI kernels where the CPU has
+// them. Configurations of one kind and thread count run
 // interleaved. Prints, per configuration, the minimum over repetitions of
 // each shape's time summed over the 28 layers, and the whole step as
 // tokens/s and GB/s of weights streamed (a batch of vectors shares one pass
@@ -23,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "qvl/kernels/cpu.h"
 #include "qvl/kernels/gemv.h"
 #include "qvl/kernels/quant.h"
 
@@ -110,8 +114,12 @@ int main(int argc, char** argv) {
   const int repetitions = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
   const std::string filter = argc > 2 ? argv[2] : "";
   const auto wanted = [&](const std::string& label) { return filter.empty() || label.find(filter) != std::string::npos; };
-  fmt::print("AVX-512: {}  BF16: {}  VNNI: {}  ATen threads: {}\n", cpu_has_avx512(), cpu_has_avx512_bf16(),
-             cpu_has_avx512_vnni(), at::get_num_threads());
+  fmt::print("kernels: {}  ATen threads: {}\n", isa_description(), at::get_num_threads());
+  std::vector<Isa> tiers;  // fastest first
+  for (Isa isa : {Isa::Avx512, Isa::Avx2, Isa::Neon, Isa::Generic})
+    if (isa_supported(isa)) tiers.push_back(isa);
+  const bool has_dpbf16 = isa_supported(Isa::Avx512) && cpu_features().avx512_bf16;
+  const bool has_vnni = isa_supported(Isa::Avx512) && cpu_features().avx512_vnni;
 
   // The weights of one decode step, in bf16, one matrix per layer and projection.
   struct Matrix {
@@ -130,14 +138,18 @@ int main(int argc, char** argv) {
   };
   // Inputs and outputs for every width and batch (tiny next to the weights).
   const std::vector<int64_t> batches = {1, kMaxBatch};
-  std::map<std::pair<int64_t, int64_t>, at::Tensor> x_float, x_bf16, y_float;  // by (batch, width)
+  // x_bf16: x in bf16 for at::linear; x_rounded: the same values as floats,
+  // for the dpbf16 kernel, whose callers promise bf16 values.
+  std::map<std::pair<int64_t, int64_t>, at::Tensor> x_float, x_bf16, x_rounded, y_float;  // by (batch, width)
   for (const Projection& p : kProjections)
     for (int64_t batch : batches) {
       x_float[{batch, p.in}] = at::randn({batch, p.in});
       x_bf16[{batch, p.in}] = x_float[{batch, p.in}].to(at::kBFloat16);
+      x_rounded[{batch, p.in}] = x_bf16[{batch, p.in}].to(at::kFloat);
       y_float[{batch, p.out}] = at::empty({batch, p.out});
     }
   const auto x_of = [&](int64_t batch, int64_t in) { return x_float[{batch, in}].data_ptr<float>(); };
+  const auto x_rounded_of = [&](int64_t batch, int64_t in) { return x_rounded[{batch, in}].data_ptr<float>(); };
   const auto y_of = [&](int64_t batch, int64_t out) { return y_float[{batch, out}].data_ptr<float>(); };
 
   // Runs the wanted ones of `configs` interleaved and prints each.
@@ -161,35 +173,48 @@ int main(int argc, char** argv) {
   for (int threads : {1, 2}) {
     std::vector<Config> configs;
     for (int64_t batch : batches) {
-      std::vector<Gemv> aten, fma, dot;
+      const std::string b = fmt::format(" batch {}", batch);
+      std::vector<Gemv> aten;
       for (const Matrix& m : matrices) {
         const Projection& p = kProjections[m.shape];
-        const double bytes = double(m.w.numel()) * 2;
-        const Bf16Matrix w = view(m.w);
-        aten.push_back({m.shape, bytes, [&, w = m.w, batch, in = p.in] { (void)at::linear(x_bf16[{batch, in}], w); }});
-        fma.push_back({m.shape, bytes, [&, w, batch, in = p.in, out = p.out] {
-                         gemv_bf16(w, x_of(batch, in), y_of(batch, out), batch, Bf16Path::Avx512Fma);
-                       }});
-        dot.push_back({m.shape, bytes, [&, w, batch, in = p.in, out = p.out] {
-                         gemv_bf16(w, x_of(batch, in), y_of(batch, out), batch, Bf16Path::Avx512DotBf16);
-                       }});
+        aten.push_back({m.shape, double(m.w.numel()) * 2,
+                        [&, w = m.w, batch, in = p.in] { (void)at::linear(x_bf16[{batch, in}], w); }});
       }
-      const std::string b = fmt::format(" batch {}", batch);
       configs.emplace_back("at::linear bf16" + b, std::move(aten));
-      configs.emplace_back("qvl bf16 avx512-fma" + b, std::move(fma));
-      if (cpu_has_avx512_bf16()) configs.emplace_back("qvl bf16 avx512-dpbf16" + b, std::move(dot));
+      // One configuration per tier, plus avx512's dot-product kernel.
+      const auto add_tier = [&](const std::string& name, Isa isa, bool x_is_bf16) {
+        std::vector<Gemv> step;
+        for (const Matrix& m : matrices) {
+          const Projection& p = kProjections[m.shape];
+          step.push_back({m.shape, double(m.w.numel()) * 2, [&, w = view(m.w), batch, in = p.in, out = p.out, isa,
+                                                             x_is_bf16] {
+                            const float* x = x_is_bf16 ? x_rounded_of(batch, in) : x_of(batch, in);
+                            gemv_bf16(w, x, y_of(batch, out), batch, isa, x_is_bf16);
+                          }});
+        }
+        configs.emplace_back("qvl bf16 " + name + b, std::move(step));
+      };
+      for (Isa isa : tiers) {
+        add_tier(isa == Isa::Avx512 ? "avx512-fma" : isa_name(isa), isa, false);
+        if (isa == Isa::Avx512 && has_dpbf16) add_tier("avx512-dpbf16", isa, true);
+      }
     }
     compare(threads, configs);
   }
 
+  // The int8 kernel each tier runs: avx512 means VNNI where the CPU has it.
+  const auto int8_kernel_name = [&](Isa isa) -> std::string {
+    if (isa == Isa::Avx512) return has_vnni ? "avx512-vnni" : "avx512 (avx2 kernel)";
+    return isa_name(isa);
+  };
   for (int64_t group : {int64_t(64), int64_t(128), kGroupPerRow}) {
     const std::string group_name = group == kGroupPerRow ? "per-row" : "group " + std::to_string(group);
     const std::string prefix = "qvl int8 " + group_name;
     bool any = false;
-    for (const std::string path : {"int8-x-vnni", "float-x-avx512"})
+    for (Isa isa : tiers)
       for (int64_t batch : batches)
         for (int threads : {1, 2})
-          any = any || wanted(fmt::format("{} {} batch {}, {} thread{}", prefix, path, batch, threads,
+          any = any || wanted(fmt::format("{} {} batch {}, {} thread{}", prefix, int8_kernel_name(isa), batch, threads,
                                           threads > 1 ? "s" : ""));
     if (!any) continue;
     at::set_num_threads(2);
@@ -198,23 +223,19 @@ int main(int argc, char** argv) {
     for (const Matrix& m : matrices) quantized.push_back(quantize_int8(view(m.w), group));
     for (int threads : {1, 2}) {
       std::vector<Config> configs;
-      for (int64_t batch : batches) {
-        std::vector<Gemv> vnni, float_x;
-        for (size_t i = 0; i < matrices.size(); ++i) {
-          const Projection& p = kProjections[matrices[i].shape];
-          const Int8Matrix& w = quantized[i].view();
-          const double bytes = double(w.weight_bytes() + w.scale_bytes());
-          vnni.push_back({matrices[i].shape, bytes, [&, w, batch, in = p.in, out = p.out] {
-                            gemv_int8(w, x_of(batch, in), y_of(batch, out), batch, Int8Path::Int8XVnni);
-                          }});
-          float_x.push_back({matrices[i].shape, bytes, [&, w, batch, in = p.in, out = p.out] {
-                               gemv_int8(w, x_of(batch, in), y_of(batch, out), batch, Int8Path::FloatXAvx512);
-                             }});
+      for (int64_t batch : batches)
+        for (Isa isa : tiers) {
+          std::vector<Gemv> step;
+          for (size_t i = 0; i < matrices.size(); ++i) {
+            const Projection& p = kProjections[matrices[i].shape];
+            const Int8Matrix& w = quantized[i].view();
+            step.push_back({matrices[i].shape, double(w.weight_bytes() + w.scale_bytes()),
+                            [&, w, batch, in = p.in, out = p.out, isa] {
+                              gemv_int8(w, x_of(batch, in), y_of(batch, out), batch, isa);
+                            }});
+          }
+          configs.emplace_back(fmt::format("{} {} batch {}", prefix, int8_kernel_name(isa), batch), std::move(step));
         }
-        const std::string b = fmt::format(" batch {}", batch);
-        if (cpu_has_avx512_vnni()) configs.emplace_back(prefix + " int8-x-vnni" + b, std::move(vnni));
-        configs.emplace_back(prefix + " float-x-avx512" + b, std::move(float_x));
-      }
       compare(threads, configs);
     }
   }

@@ -1,4 +1,5 @@
-// The decode GEMV kernels against float64 references computed by ATen.
+// The decode GEMV kernels against float64 references computed by ATen, on
+// every CPU tier this machine can run (kernels/cpu.h).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -49,17 +50,34 @@ Problem make_problem(Shape s, int64_t batch, uint64_t seed) {
   return p;
 }
 
-at::Tensor run_bf16(const Problem& p, Bf16Path path) {
+at::Tensor run_bf16(const Problem& p, Isa isa, bool x_is_bf16 = false) {
   at::Tensor y = at::empty({p.x.size(0), p.w.size(0)});
-  gemv_bf16(p.view(), p.x.data_ptr<float>(), y.data_ptr<float>(), p.x.size(0), path);
+  gemv_bf16(p.view(), p.x.data_ptr<float>(), y.data_ptr<float>(), p.x.size(0), isa, x_is_bf16);
   return y;
 }
 
-at::Tensor run_int8(const Int8Matrix& w, const at::Tensor& x, Int8Path path) {
+at::Tensor run_int8(const Int8Matrix& w, const at::Tensor& x, Isa isa) {
   at::Tensor y = at::empty({x.size(0), w.rows});
-  gemv_int8(w, x.data_ptr<float>(), y.data_ptr<float>(), x.size(0), path);
+  gemv_int8(w, x.data_ptr<float>(), y.data_ptr<float>(), x.size(0), isa);
   return y;
 }
+
+const std::vector<Isa> kAllTiers = {Isa::Generic, Isa::Neon, Isa::Avx2, Isa::Avx512};
+
+// Every tier this CPU can run, whatever QVL_ISA says.
+std::vector<Isa> supported_tiers() {
+  std::vector<Isa> tiers;
+  for (Isa isa : kAllTiers)
+    if (isa_supported(isa)) tiers.push_back(isa);
+  return tiers;
+}
+
+// The x86 SIMD tiers promise each other's bits; the portable code (generic,
+// neon) only its error bound, as it may multiply and add separately.
+bool is_simd_x86(Isa isa) { return isa == Isa::Avx2 || isa == Isa::Avx512; }
+
+// Whether gemv_bf16(x_is_bf16 = true) runs the dot-product kernel on `isa`.
+bool runs_dot_kernel(Isa isa) { return isa == Isa::Avx512 && cpu_features().avx512_bf16; }
 
 bool same_bits(const at::Tensor& a, const at::Tensor& b) {
   return a.sizes() == b.sizes() && std::memcmp(a.data_ptr(), b.data_ptr(), size_t(a.nbytes())) == 0;
@@ -105,67 +123,107 @@ TEST_CASE("bf16 round trip") {
   }
 }
 
-TEST_CASE("bf16 gemv matches the float64 reference on odd and real shapes") {
+TEST_CASE("bf16 gemv matches the float64 reference on odd and real shapes, on every tier") {
   for (const Shape s : kShapes) {
     CAPTURE(s.rows);
     CAPTURE(s.cols);
     const Problem p = make_problem(s, 1, 1000 + s.rows * 7 + s.cols);
     const at::Tensor w64 = p.w.to(at::kDouble), x64 = p.x.to(at::kDouble);
-    const at::Tensor best = run_bf16(p, Bf16Path::Best);
-    // float32 accumulation of exact bf16·f32 products: a few float32 ulps.
-    CHECK(scaled_error(best, w64, x64) < 2e-6);
-    // The portable path gives the same bits as the AVX-512 one.
-    CHECK(same_bits(run_bf16(p, Bf16Path::Scalar), best));
-    if (path_supported(Bf16Path::Avx512Fma)) CHECK(same_bits(run_bf16(p, Bf16Path::Avx512Fma), best));
-    if (path_supported(Bf16Path::Avx512DotBf16)) {
-      // dpbf16 rounds x to bf16 first: exact against a reference with that x.
-      const at::Tensor x_rounded = p.x.to(at::kBFloat16).to(at::kDouble);
-      CHECK(scaled_error(run_bf16(p, Bf16Path::Avx512DotBf16), w64, x_rounded) < 1e-5);
+    // x already bf16 values, for the dot-product kernel.
+    const Problem p_bf16{p.w, p.x.to(at::kBFloat16).to(at::kFloat)};
+    const at::Tensor x_bf16_64 = p_bf16.x.to(at::kDouble);
+    at::Tensor simd_result;
+    for (Isa isa : supported_tiers()) {
+      CAPTURE(isa_name(isa));
+      const at::Tensor y = run_bf16(p, isa);
+      // float32 accumulation of bf16·f32 products: a few float32 ulps (the
+      // portable code also rounds each product where it cannot fuse).
+      CHECK(scaled_error(y, w64, x64) < 2e-6);
+      if (is_simd_x86(isa)) {
+        // avx2 and avx512 give the same bits.
+        if (simd_result.defined()) CHECK(same_bits(y, simd_result));
+        simd_result = y;
+      }
+      const at::Tensor y_dot = run_bf16(p_bf16, isa, /*x_is_bf16=*/true);
+      if (runs_dot_kernel(isa)) {
+        CHECK(scaled_error(y_dot, w64, x_bf16_64) < 1e-5);
+      } else {
+        // Elsewhere the promise changes nothing.
+        CHECK(same_bits(y_dot, run_bf16(p_bf16, isa)));
+      }
     }
+    if (isa_supported(Isa::Neon)) CHECK(same_bits(run_bf16(p, Isa::Neon), run_bf16(p, Isa::Generic)));
     // Sanity of the harness: ATen's own float32 product agrees as closely.
     CHECK(scaled_error(at::linear(p.x, p.w.to(at::kFloat)), w64, x64) < 2e-6);
   }
 }
 
-TEST_CASE("bf16 gemv: a batch gives each vector's own result, on any thread count") {
+TEST_CASE("bf16 gemv: a batch gives each vector's own result, on any thread count, on every tier") {
   for (const Shape s : {Shape{37, 100}, Shape{70, 2048}, Shape{9, 6144}, Shape{13, 33}}) {
     for (int64_t batch = 1; batch <= kMaxBatch; ++batch) {
       CAPTURE(s.cols);
       CAPTURE(batch);
       const Problem p = make_problem(s, batch, 77 + batch);
-      for (Bf16Path path : {Bf16Path::Scalar, Bf16Path::Avx512Fma, Bf16Path::Avx512DotBf16}) {
-        if (!path_supported(path)) continue;
-        CAPTURE(path_name(path));
-        const at::Tensor together = run_bf16(p, path);
-        for (int64_t n = 0; n < batch; ++n) {
-          const Problem single{p.w, p.x.narrow(0, n, 1).contiguous()};
-          CHECK(same_bits(run_bf16(single, path), together.narrow(0, n, 1).contiguous()));
+      const Problem p_bf16{p.w, p.x.to(at::kBFloat16).to(at::kFloat)};
+      for (Isa isa : supported_tiers()) {
+        for (bool x_is_bf16 : {false, true}) {
+          CAPTURE(isa_name(isa));
+          CAPTURE(x_is_bf16);
+          const Problem& problem = x_is_bf16 ? p_bf16 : p;
+          const at::Tensor together = run_bf16(problem, isa, x_is_bf16);
+          for (int64_t n = 0; n < batch; ++n) {
+            const Problem single{problem.w, problem.x.narrow(0, n, 1).contiguous()};
+            CHECK(same_bits(run_bf16(single, isa, x_is_bf16), together.narrow(0, n, 1).contiguous()));
+          }
         }
       }
     }
   }
-  for (int64_t batch : {int64_t(1), int64_t(3), kMaxBatch}) {
+  // Rows not a multiple of any row block, and pieces per thread that split blocks.
+  for (int64_t batch : {int64_t(1), int64_t(3), int64_t(4), kMaxBatch}) {
     CAPTURE(batch);
     const Problem big = make_problem({1003, 2048}, batch, 5);
-    at::Tensor one_thread, two_threads;
-    {
-      ThreadCount t(1);
-      one_thread = run_bf16(big, Bf16Path::Scalar);
+    const Problem big_bf16{big.w, big.x.to(at::kBFloat16).to(at::kFloat)};
+    at::Tensor simd_result;
+    for (Isa isa : supported_tiers()) {
+      for (bool x_is_bf16 : {false, true}) {
+        CAPTURE(isa_name(isa));
+        CAPTURE(x_is_bf16);
+        const Problem& problem = x_is_bf16 ? big_bf16 : big;
+        at::Tensor one_thread, two_threads;
+        {
+          ThreadCount t(1);
+          one_thread = run_bf16(problem, isa, x_is_bf16);
+        }
+        {
+          ThreadCount t(2);
+          two_threads = run_bf16(problem, isa, x_is_bf16);
+        }
+        CHECK(same_bits(one_thread, two_threads));
+        if (is_simd_x86(isa) && !x_is_bf16) {
+          if (simd_result.defined()) CHECK(same_bits(one_thread, simd_result));
+          simd_result = one_thread;
+        }
+      }
     }
-    {
-      ThreadCount t(2);
-      two_threads = run_bf16(big, Bf16Path::Best);
-    }
-    CHECK(same_bits(one_thread, two_threads));
   }
 }
 
-TEST_CASE("bf16 gemv rejects a bad batch") {
+TEST_CASE("bf16 gemv rejects a bad batch and a tier this CPU cannot run") {
   const Problem p = make_problem({4, 8}, 1, 1);
   float y[4 * 9];
   std::vector<float> x(8 * 9, 0.0f);
   CHECK_THROWS_AS(gemv_bf16(p.view(), x.data(), y, 0), Error);
   CHECK_THROWS_AS(gemv_bf16(p.view(), x.data(), y, kMaxBatch + 1), Error);
+  int unsupported = 0;
+  for (Isa isa : kAllTiers) {
+    if (isa_supported(isa)) continue;
+    CAPTURE(isa_name(isa));
+    ++unsupported;
+    CHECK_THROWS_WITH_AS(gemv_bf16(p.view(), x.data(), y, 1, isa), doctest::Contains(isa_name(isa)), Error);
+    CHECK_THROWS_WITH_AS(gemv_bf16(p.view(), x.data(), y, 1, isa, true), doctest::Contains(isa_name(isa)), Error);
+  }
+  CHECK(unsupported >= 1);  // neon and the x86 tiers never meet on one CPU
 }
 
 TEST_CASE("int8 quantize: scales and the dequantization error bound") {
@@ -209,7 +267,27 @@ TEST_CASE("int8 quantize: scales and the dequantization error bound") {
   CHECK(out.eq(0).all().item<bool>());
 }
 
-TEST_CASE("int8 gemv: float-x path is exact for the dequantized weights, int8-x within its x error") {
+namespace {
+
+// What rounding x to int8 per group may cost: each x_k moves by at most its
+// group's max|x| / 254, so y moves by at most sum_k |w_k| · that; plus a few
+// float32 ulps of the accumulation.
+at::Tensor int8_error_allowed(const Int8Matrix& m, const at::Tensor& w64, const at::Tensor& x64) {
+  const at::Tensor x_padded = at::constant_pad_nd(x64, {0, m.padded_cols - m.cols});
+  const at::Tensor x_step = (x_padded.abs().view({x64.size(0), m.groups(), m.group_size}).amax(2) / 254.0)
+                                .repeat_interleave(m.group_size, 1)
+                                .narrow(1, 0, m.cols);
+  return at::linear(x_step, w64.abs()) * (1 + 1e-4) + 1e-6 * at::linear(x64.abs(), w64.abs());
+}
+
+bool within_int8_error(const at::Tensor& y, const Int8Matrix& m, const at::Tensor& x) {
+  const at::Tensor w64 = dequantized64(m), x64 = x.to(at::kDouble);
+  return ((y.to(at::kDouble) - at::linear(x64, w64)).abs() <= int8_error_allowed(m, w64, x64)).all().item<bool>();
+}
+
+}  // namespace
+
+TEST_CASE("int8 gemv: within its x rounding error on odd and real shapes, on every tier") {
   for (const Shape s : kShapes) {
     for (int64_t group : kGroupSizes) {
       CAPTURE(s.rows);
@@ -218,44 +296,39 @@ TEST_CASE("int8 gemv: float-x path is exact for the dequantized weights, int8-x 
       const Problem p = make_problem(s, 1, 300 + s.cols + group);
       const QuantizedMatrix q = quantize_int8(p.view(), group);
       const Int8Matrix& m = q.view();
-      const at::Tensor w64 = dequantized64(m), x64 = p.x.to(at::kDouble);
-
-      const at::Tensor float_x = run_int8(m, p.x, Int8Path::FloatXScalar);
-      CHECK(scaled_error(float_x, w64, x64) < 2e-6);
-      if (path_supported(Int8Path::FloatXAvx512)) CHECK(same_bits(run_int8(m, p.x, Int8Path::FloatXAvx512), float_x));
-
-      // Rounding x to int8 per group moves each x_k by at most its group's
-      // max|x| / 254, so y moves by at most sum_k |w_k| · that.
-      const at::Tensor int8_x = run_int8(m, p.x, Int8Path::Int8XScalar);
-      const at::Tensor x_padded = at::constant_pad_nd(x64, {0, m.padded_cols - s.cols});
-      const at::Tensor x_step = (x_padded.abs().view({1, m.groups(), m.group_size}).amax(2) / 254.0)
-                                    .repeat_interleave(m.group_size, 1)
-                                    .narrow(1, 0, s.cols);
-      const at::Tensor allowed = at::linear(x_step, w64.abs()) * (1 + 1e-4) + 1e-6 * at::linear(x64.abs(), w64.abs());
-      CHECK(((int8_x.to(at::kDouble) - at::linear(x64, w64)).abs() <= allowed).all().item<bool>());
-      if (path_supported(Int8Path::Int8XVnni)) CHECK(same_bits(run_int8(m, p.x, Int8Path::Int8XVnni), int8_x));
-      CHECK(same_bits(run_int8(m, p.x, Int8Path::Best), int8_x));
+      at::Tensor simd_result;
+      for (Isa isa : supported_tiers()) {
+        CAPTURE(isa_name(isa));
+        const at::Tensor y = run_int8(m, p.x, isa);
+        CHECK(within_int8_error(y, m, p.x));
+        if (is_simd_x86(isa)) {
+          // The avx2 kernel's integer dot products are the VNNI kernel's.
+          if (simd_result.defined()) CHECK(same_bits(y, simd_result));
+          simd_result = y;
+        }
+      }
+      if (isa_supported(Isa::Neon)) CHECK(same_bits(run_int8(m, p.x, Isa::Neon), run_int8(m, p.x, Isa::Generic)));
     }
   }
 }
 
-TEST_CASE("int8 gemv: a batch gives each vector's own result") {
+TEST_CASE("int8 gemv: a batch gives each vector's own result, on every tier") {
   const Problem p = make_problem({45, 2048}, kMaxBatch, 4);
   const QuantizedMatrix q = quantize_int8(p.view(), 128);
-  for (Int8Path path : {Int8Path::FloatXScalar, Int8Path::FloatXAvx512, Int8Path::Int8XScalar, Int8Path::Int8XVnni}) {
-    if (!path_supported(path)) continue;
+  for (Isa isa : supported_tiers()) {
     for (int64_t batch = 1; batch <= kMaxBatch; ++batch) {
-      CAPTURE(path_name(path));
+      CAPTURE(isa_name(isa));
       CAPTURE(batch);
       const at::Tensor x = p.x.narrow(0, 0, batch).contiguous();
-      const at::Tensor together = run_int8(q.view(), x, path);
+      const at::Tensor together = run_int8(q.view(), x, isa);
+      CHECK(within_int8_error(together, q.view(), x));
       for (int64_t n = 0; n < batch; ++n)
-        CHECK(same_bits(run_int8(q.view(), x.narrow(0, n, 1).contiguous(), path), together.narrow(0, n, 1).contiguous()));
+        CHECK(same_bits(run_int8(q.view(), x.narrow(0, n, 1).contiguous(), isa), together.narrow(0, n, 1).contiguous()));
     }
   }
 }
 
-TEST_CASE("int8 gemv: batches 1..8 on odd shapes, scalar = AVX-512 bits, any thread count") {
+TEST_CASE("int8 gemv: batches 1..8 on odd shapes, avx2 = avx512 bits, any thread count") {
   // Rows not a multiple of any row block, pieces per thread that split blocks.
   for (const Shape s : {Shape{1, 5}, Shape{13, 100}, Shape{61, 2048}, Shape{1003, 640}}) {
     for (int64_t group : {int64_t(64), int64_t(128), kGroupPerRow}) {
@@ -267,31 +340,33 @@ TEST_CASE("int8 gemv: batches 1..8 on odd shapes, scalar = AVX-512 bits, any thr
         CAPTURE(group);
         CAPTURE(batch);
         const at::Tensor x = p.x.narrow(0, 0, batch).contiguous();
-        for (auto [scalar, avx512] : {std::pair{Int8Path::FloatXScalar, Int8Path::FloatXAvx512},
-                                      std::pair{Int8Path::Int8XScalar, Int8Path::Int8XVnni}}) {
+        at::Tensor simd_result;
+        for (Isa isa : supported_tiers()) {
+          CAPTURE(isa_name(isa));
           at::Tensor one_thread, two_threads;
           {
             ThreadCount t(1);
-            one_thread = run_int8(q.view(), x, scalar);
+            one_thread = run_int8(q.view(), x, isa);
           }
-          if (!path_supported(avx512)) continue;
           {
             ThreadCount t(2);
-            two_threads = run_int8(q.view(), x, avx512);
+            two_threads = run_int8(q.view(), x, isa);
           }
           CHECK(same_bits(one_thread, two_threads));
-          for (int64_t n = 0; n < batch; ++n)
-            CHECK(same_bits(run_int8(q.view(), x.narrow(0, n, 1).contiguous(), avx512), one_thread.narrow(0, n, 1)
-                                                                                            .contiguous()));
+          CHECK(within_int8_error(one_thread, q.view(), x));
+          if (is_simd_x86(isa)) {
+            if (simd_result.defined()) CHECK(same_bits(one_thread, simd_result));
+            simd_result = one_thread;
+          }
         }
       }
     }
   }
 }
 
-TEST_CASE("int8 gemv: extreme values, where vpdpbusd sees x+128 = 1 or 255") {
+TEST_CASE("int8 gemv: extreme values, where vpdpbusd sees x+128 = 1 or 255 and vpmaddubsw its largest pairs") {
   // Every weight at ±127 and every x at ± its group maximum: the largest
-  // products and sums the integer path meets on one 6144-wide row.
+  // products and sums the integer code meets on one 6144-wide row.
   const int64_t rows = 9, cols = 6144;
   at::Tensor w = at::where(at::rand({rows, cols}) < 0.5, 1.0, -1.0).to(at::kBFloat16).contiguous();
   const Problem p{w, at::where(at::rand({2, cols}) < 0.5, 3.0, -3.0).to(at::kFloat).contiguous()};
@@ -299,11 +374,32 @@ TEST_CASE("int8 gemv: extreme values, where vpdpbusd sees x+128 = 1 or 255") {
     CAPTURE(group);
     const QuantizedMatrix q = quantize_int8(p.view(), group);
     // Exactly representable: q = ±127, x = ±127 levels, the sum is an integer
-    // times the scales, so every path must agree with the float64 product.
+    // times the scales, so every tier must agree with the float64 product.
     const at::Tensor expected = at::linear(p.x.to(at::kDouble), w.to(at::kDouble));
-    const at::Tensor int8_x = run_int8(q.view(), p.x, Int8Path::Int8XScalar);
-    CHECK(at::allclose(int8_x.to(at::kDouble), expected, 1e-6, 1e-3));
-    if (path_supported(Int8Path::Int8XVnni)) CHECK(same_bits(run_int8(q.view(), p.x, Int8Path::Int8XVnni), int8_x));
+    at::Tensor simd_result;
+    for (Isa isa : supported_tiers()) {
+      CAPTURE(isa_name(isa));
+      const at::Tensor y = run_int8(q.view(), p.x, isa);
+      CHECK(at::allclose(y.to(at::kDouble), expected, 1e-6, 1e-3));
+      if (is_simd_x86(isa)) {
+        if (simd_result.defined()) CHECK(same_bits(y, simd_result));
+        simd_result = y;
+      }
+    }
+  }
+}
+
+TEST_CASE("int8 gemv rejects a bad batch and a tier this CPU cannot run") {
+  const Problem p = make_problem({4, 70}, 1, 1);
+  const QuantizedMatrix q = quantize_int8(p.view(), 64);
+  float y[4 * 9];
+  std::vector<float> x(70 * 9, 0.0f);
+  CHECK_THROWS_AS(gemv_int8(q.view(), x.data(), y, 0), Error);
+  CHECK_THROWS_AS(gemv_int8(q.view(), x.data(), y, kMaxBatch + 1), Error);
+  for (Isa isa : kAllTiers) {
+    if (isa_supported(isa)) continue;
+    CAPTURE(isa_name(isa));
+    CHECK_THROWS_WITH_AS(gemv_int8(q.view(), x.data(), y, 1, isa), doctest::Contains(isa_name(isa)), Error);
   }
 }
 
@@ -340,19 +436,16 @@ TEST_CASE("int8 vs bf16 gemv on the real widths (error per group size)") {
   // these figures are a floor, not a promise.
   for (int64_t cols : {2048, 6144}) {
     const Problem p = make_problem({512, cols}, 1, 11 + cols);
-    const at::Tensor bf16 = run_bf16(p, Bf16Path::Best).to(at::kDouble);
+    const at::Tensor bf16 = run_bf16(p, active_isa()).to(at::kDouble);
     const double rms = bf16.pow(2).mean().sqrt().item<double>();
     for (int64_t group : kGroupSizes) {
       const QuantizedMatrix q = quantize_int8(p.view(), group);
-      for (Int8Path path : {Int8Path::FloatXScalar, Int8Path::Int8XScalar}) {
-        const at::Tensor diff = (run_int8(q.view(), p.x, path).to(at::kDouble) - bf16).abs() / rms;
-        const double max_error = diff.max().item<double>(), mean_error = diff.mean().item<double>();
-        MESSAGE("K=" << cols << " group=" << (group == kGroupPerRow ? std::string("row") : std::to_string(group))
-                     << " " << std::string(path_name(path)) << ": |int8 - bf16| / rms(y): max " << max_error << ", mean "
-                     << mean_error);
-        CHECK(mean_error < 0.02);
-        CHECK(max_error < 0.1);
-      }
+      const at::Tensor diff = (run_int8(q.view(), p.x, active_isa()).to(at::kDouble) - bf16).abs() / rms;
+      const double max_error = diff.max().item<double>(), mean_error = diff.mean().item<double>();
+      MESSAGE("K=" << cols << " group=" << (group == kGroupPerRow ? std::string("row") : std::to_string(group))
+                   << ": |int8 - bf16| / rms(y): max " << max_error << ", mean " << mean_error);
+      CHECK(mean_error < 0.02);
+      CHECK(max_error < 0.1);
     }
   }
 }
@@ -384,7 +477,7 @@ TEST_CASE("int8 cache file round trip") {
       CHECK(reinterpret_cast<uintptr_t>(loaded.weights) % 64 == 0);
       CHECK(std::memcmp(loaded.weights, original->weights, loaded.weight_bytes()) == 0);
       CHECK(std::memcmp(loaded.scales, original->scales, loaded.scale_bytes()) == 0);
-      CHECK(same_bits(run_int8(loaded, problem->x, Int8Path::Best), run_int8(*original, problem->x, Int8Path::Best)));
+      CHECK(same_bits(run_int8(loaded, problem->x, active_isa()), run_int8(*original, problem->x, active_isa())));
     }
   }
 

@@ -1,26 +1,32 @@
 // The vision kernels (kernels/vision_ops.h) against ATen's own ops, on every
-// code path this CPU runs, in float32 and bfloat16, with row lengths that
-// leave partial vectors. The bf16 results are compared with ATen run in
-// float32 on the same bf16 values: the kernels promise float32 arithmetic
-// with one rounding at the end (ATen 1.13's own bf16 LayerNorm rounds in
-// between and lands further from the float32 result).
+// tier this CPU runs (kernels/cpu.h), in float32 and bfloat16, with row
+// lengths that leave partial vectors. The bf16 results are compared with ATen
+// run in float32 on the same bf16 values: the kernels promise float32
+// arithmetic with one rounding at the end (ATen 1.13's own bf16 LayerNorm
+// rounds in between and lands further from the float32 result). The avx2 and
+// avx512 tiers must also agree bit for bit.
 #include <ATen/ATen.h>
 #include <doctest/doctest.h>
 
 #include <string>
 #include <vector>
 
+#include "qvl/error.h"
+#include "qvl/kernels/cpu.h"
 #include "qvl/kernels/vision_ops.h"
 
 namespace {
 
+using qvl::kernels::Isa;
 using qvl::kernels::Storage;
-using qvl::kernels::VecPath;
 
-std::vector<VecPath> paths_here() {
-  std::vector<VecPath> paths{VecPath::Scalar};
-  if (qvl::kernels::vec_path_supported(VecPath::Avx512)) paths.push_back(VecPath::Avx512);
-  return paths;
+constexpr Isa kAllTiers[] = {Isa::Generic, Isa::Neon, Isa::Avx2, Isa::Avx512};
+
+std::vector<Isa> tiers_here() {
+  std::vector<Isa> tiers;
+  for (Isa isa : kAllTiers)
+    if (qvl::kernels::isa_supported(isa)) tiers.push_back(isa);
+  return tiers;
 }
 
 Storage storage_of(at::ScalarType t) { return t == at::kFloat ? Storage::F32 : Storage::BF16; }
@@ -31,9 +37,10 @@ double relative_error(const at::Tensor& got, const at::Tensor& want) {
   return ((got.to(at::kFloat) - want.to(at::kFloat)).abs().max() / want.to(at::kFloat).abs().max()).item<double>();
 }
 
-// float32 paths differ from ATen by float rounding only; bf16 results may
-// land one bf16 step (2^-8 relative) apart when the float values straddle a
-// rounding boundary.
+// float32 results differ from ATen by float rounding only (on every tier: the
+// exponential is within 1.21 float ulps, the row sums run in 16 float lanes);
+// bf16 results may land one bf16 step (2^-8 relative) apart when the float
+// values straddle a rounding boundary.
 double tolerance(at::ScalarType t) { return t == at::kFloat ? 2e-6 : 4e-3; }
 
 std::vector<float> floats(const at::Tensor& t) {
@@ -47,10 +54,10 @@ const at::ScalarType kDtypes[] = {at::kFloat, at::kBFloat16};
 
 TEST_CASE("vision kernels: layer norm, with and without the residual add, matches ATen") {
   at::manual_seed(1);
-  for (VecPath path : paths_here())
+  for (Isa isa : tiers_here())
     for (at::ScalarType dtype : kDtypes)
       for (int64_t cols : {1024, 37, 8}) {
-        CAPTURE(int(path));
+        CAPTURE(std::string(qvl::kernels::isa_name(isa)));
         CAPTURE(c10::toString(dtype));
         CAPTURE(cols);
         const int64_t rows = 45;
@@ -61,14 +68,14 @@ TEST_CASE("vision kernels: layer norm, with and without the residual add, matche
 
         at::Tensor plain = x.clone(), y = at::empty_like(x);
         qvl::kernels::add_layer_norm(storage_of(dtype), plain.data_ptr(), nullptr, y.data_ptr(), g.data(), b.data(),
-                                     rows, cols, 1e-6f, path);
+                                     rows, cols, 1e-6f, isa);
         CHECK(at::equal(plain, x));  // no add: x is left alone
         at::Tensor want = at::layer_norm(x.to(at::kFloat), {cols}, gamma, beta, 1e-6);
         CHECK(relative_error(y, want) <= tolerance(dtype));
 
         at::Tensor summed = x.clone();
         qvl::kernels::add_layer_norm(storage_of(dtype), summed.data_ptr(), add.data_ptr(), y.data_ptr(), g.data(),
-                                     b.data(), rows, cols, 1e-6f, path);
+                                     b.data(), rows, cols, 1e-6f, isa);
         CHECK(at::equal(summed, x + add));  // the residual is rounded exactly as ATen's add rounds it
         CHECK(relative_error(y, at::layer_norm((x + add).to(at::kFloat), {cols}, gamma, beta, 1e-6)) <=
               tolerance(dtype));
@@ -77,14 +84,14 @@ TEST_CASE("vision kernels: layer norm, with and without the residual add, matche
 
 TEST_CASE("vision kernels: tanh-GELU matches ATen's gelu(approximate='tanh')") {
   at::manual_seed(2);
-  for (VecPath path : paths_here())
+  for (Isa isa : tiers_here())
     for (at::ScalarType dtype : kDtypes) {
-      CAPTURE(int(path));
+      CAPTURE(std::string(qvl::kernels::isa_name(isa)));
       CAPTURE(c10::toString(dtype));
       // Wide range, including values where tanh saturates and exp overflows.
       at::Tensor x = at::cat({at::randn({4099}) * 4, at::tensor({-100.0f, -12.0f, 0.0f, 12.0f, 100.0f})}).to(dtype);
       at::Tensor got = x.clone();
-      qvl::kernels::gelu_tanh(storage_of(dtype), got.data_ptr(), got.numel(), path);
+      qvl::kernels::gelu_tanh(storage_of(dtype), got.data_ptr(), got.numel(), isa);
       at::Tensor want = at::gelu(x.to(at::kFloat), "tanh");
       // Elementwise: each value close to its own reference, small ones included.
       const double tol = tolerance(dtype);
@@ -95,16 +102,16 @@ TEST_CASE("vision kernels: tanh-GELU matches ATen's gelu(approximate='tanh')") {
 
 TEST_CASE("vision kernels: scaled softmax matches ATen") {
   at::manual_seed(3);
-  for (VecPath path : paths_here())
+  for (Isa isa : tiers_here())
     for (at::ScalarType dtype : kDtypes)
       for (int64_t cols : {1200, 19, 1}) {
-        CAPTURE(int(path));
+        CAPTURE(std::string(qvl::kernels::isa_name(isa)));
         CAPTURE(c10::toString(dtype));
         CAPTURE(cols);
         const float scale = 0.125f;
         at::Tensor x = (at::randn({33, cols}) * 30).to(dtype);
         at::Tensor got = x.clone();
-        qvl::kernels::softmax_rows(storage_of(dtype), got.data_ptr(), 33, cols, scale, path);
+        qvl::kernels::softmax_rows(storage_of(dtype), got.data_ptr(), 33, cols, scale, isa);
         at::Tensor want = at::softmax(x.to(at::kFloat) * scale, -1);
         CHECK(((got.to(at::kFloat) - want).abs() <= want * tolerance(dtype) + 1e-7).all().item<bool>());
         CHECK((got.to(at::kFloat).sum(-1) - 1).abs().max().item<float>() <= (dtype == at::kFloat ? 1e-5 : 2e-2));
@@ -113,10 +120,10 @@ TEST_CASE("vision kernels: scaled softmax matches ATen") {
 
 TEST_CASE("vision kernels: qkv split with the 2-D rotary matches the reference formula") {
   at::manual_seed(4);
-  for (VecPath path : paths_here())
+  for (Isa isa : tiers_here())
     for (at::ScalarType dtype : kDtypes)
       for (int64_t head_dim : {64, 16, 6}) {
-        CAPTURE(int(path));
+        CAPTURE(std::string(qvl::kernels::isa_name(isa)));
         CAPTURE(c10::toString(dtype));
         CAPTURE(head_dim);
         const int64_t tokens = 21, heads = 3, half = head_dim / 2;
@@ -127,7 +134,7 @@ TEST_CASE("vision kernels: qkv split with the 2-D rotary matches the reference f
         at::Tensor k = at::empty_like(q), v = at::empty_like(q);
         qvl::kernels::split_qkv_rotary(storage_of(dtype), qkv.data_ptr(), cos.data_ptr<float>(),
                                        sin.data_ptr<float>(), tokens, heads, head_dim, q.data_ptr(), k.data_ptr(),
-                                       v.data_ptr(), path);
+                                       v.data_ptr(), isa);
         // x·cos + rotate_half(x)·sin in float32, per head; then [heads, tokens, head_dim].
         at::Tensor parts = qkv.view({tokens, 3, heads, head_dim});
         auto rotate = [&](at::Tensor x) {
@@ -141,8 +148,66 @@ TEST_CASE("vision kernels: qkv split with the 2-D rotary matches the reference f
       }
 }
 
-TEST_CASE("vision kernels: the AVX-512 path is refused where the CPU lacks it") {
-  if (qvl::kernels::vec_path_supported(VecPath::Avx512)) return;
-  float x[4] = {1, 2, 3, 4};
-  CHECK_THROWS(qvl::kernels::gelu_tanh(Storage::F32, x, 4, VecPath::Avx512));
+TEST_CASE("vision kernels: the avx2 and avx512 tiers give the same bits") {
+  // Both evaluate every lane with the same operations (the row sums as 16
+  // lanes, two 8-lane halves on avx2, reduced in the same order; the same
+  // exponential), so nothing may differ.
+  if (!qvl::kernels::isa_supported(Isa::Avx2) || !qvl::kernels::isa_supported(Isa::Avx512)) return;
+  at::manual_seed(5);
+  for (at::ScalarType dtype : kDtypes)
+    for (int64_t cols : {1280, 1024 + 13, 7}) {
+      CAPTURE(c10::toString(dtype));
+      CAPTURE(cols);
+      const Storage s = storage_of(dtype);
+      const int64_t rows = 19;
+      const at::Tensor x = (at::randn({rows, cols}) * 3 + 0.5).to(dtype), add = at::randn({rows, cols}).to(dtype);
+      const auto gamma = floats(at::randn({cols})), beta = floats(at::randn({cols}));
+      at::Tensor xa = x.clone(), xb = x.clone(), ya = at::empty_like(x), yb = at::empty_like(x);
+      qvl::kernels::add_layer_norm(s, xa.data_ptr(), add.data_ptr(), ya.data_ptr(), gamma.data(), beta.data(), rows,
+                                   cols, 1e-6f, Isa::Avx2);
+      qvl::kernels::add_layer_norm(s, xb.data_ptr(), add.data_ptr(), yb.data_ptr(), gamma.data(), beta.data(), rows,
+                                   cols, 1e-6f, Isa::Avx512);
+      CHECK(at::equal(xa, xb));
+      CHECK(at::equal(ya, yb));
+
+      at::Tensor ga = (x.to(at::kFloat) * 4).to(dtype), gb = ga.clone();
+      qvl::kernels::gelu_tanh(s, ga.data_ptr(), ga.numel(), Isa::Avx2);
+      qvl::kernels::gelu_tanh(s, gb.data_ptr(), gb.numel(), Isa::Avx512);
+      CHECK(at::equal(ga, gb));
+
+      at::Tensor sa = (x.to(at::kFloat) * 10).to(dtype), sb = sa.clone();
+      qvl::kernels::softmax_rows(s, sa.data_ptr(), rows, cols, 0.125f, Isa::Avx2);
+      qvl::kernels::softmax_rows(s, sb.data_ptr(), rows, cols, 0.125f, Isa::Avx512);
+      CHECK(at::equal(sa, sb));
+
+      const int64_t heads = 2, head_dim = cols % 2 == 0 ? cols / 2 : 6, tokens = rows;
+      const at::Tensor qkv = at::randn({tokens, 3 * heads * head_dim}).to(dtype);
+      const at::Tensor angles = at::rand({tokens, head_dim}) * 20;
+      const at::Tensor cos = angles.cos(), sin = angles.sin();
+      std::vector<at::Tensor> outs;
+      for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
+        at::Tensor q = at::empty({heads, tokens, head_dim}, qkv.options()), k = at::empty_like(q), v = at::empty_like(q);
+        qvl::kernels::split_qkv_rotary(s, qkv.data_ptr(), cos.data_ptr<float>(), sin.data_ptr<float>(), tokens, heads,
+                                       head_dim, q.data_ptr(), k.data_ptr(), v.data_ptr(), isa);
+        outs.push_back(at::stack({q, k, v}));
+      }
+      CHECK(at::equal(outs[0], outs[1]));
+    }
+}
+
+TEST_CASE("vision kernels: a tier this CPU cannot run is refused") {
+  // neon on x86, the x86 tiers on aarch64: there is always one.
+  Isa missing = Isa::Generic;
+  for (Isa isa : kAllTiers)
+    if (!qvl::kernels::isa_supported(isa)) missing = isa;
+  REQUIRE(missing != Isa::Generic);
+  float x[4] = {1, 2, 3, 4}, y[4] = {}, gamma[4] = {1, 1, 1, 1}, beta[4] = {};
+  float qkv[12] = {}, table[2] = {1, 0}, q[4], k[4], v[4];
+  CHECK_THROWS_AS(qvl::kernels::gelu_tanh(Storage::F32, x, 4, missing), qvl::Error);
+  CHECK_THROWS_AS(qvl::kernels::softmax_rows(Storage::F32, x, 1, 4, 1.0f, missing), qvl::Error);
+  CHECK_THROWS_AS(qvl::kernels::add_layer_norm(Storage::F32, x, nullptr, y, gamma, beta, 1, 4, 1e-6f, missing),
+                  qvl::Error);
+  CHECK_THROWS_AS(qvl::kernels::split_qkv_rotary(Storage::F32, qkv, table, table, 1, 2, 2, q, k, v, missing),
+                  qvl::Error);
+  CHECK(x[0] == 1.0f);  // refused before touching anything
 }

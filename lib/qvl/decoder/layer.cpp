@@ -38,7 +38,7 @@ void attend_block(const at::Tensor& q, const at::Tensor& keys, const at::Tensor&
     scores.view({kv_heads, group, n, visible}).masked_fill_(future, -std::numeric_limits<float>::infinity());
   }
   at::Tensor probs = at::softmax(scores, -1).to(values.scalar_type());
-  at::Tensor mixed = at::bmm(probs, values);  // [kv, group*n, head_dim]
+  at::Tensor mixed = kernels::matmul(probs, values);  // [kv, group*n, head_dim]
   out.view({n, kv_heads, group, head_dim}).copy_(mixed.view({kv_heads, group, n, head_dim}).permute({2, 0, 1, 3}));
 }
 

@@ -1,7 +1,9 @@
-// Dispatch, threading, checks and the portable versions of the decode kernels.
-// The portable code performs the AVX-512 code's operations one lane at a time
-// in the same order (std::fma where the vectors use FMA), so both give the
-// same bits.
+// Dispatch, threading, checks and the portable versions of the decode kernels
+// (the generic and neon tiers). The portable code keeps the vector tiers'
+// layout (ATen's sum order in the norms, 16 lanes of partial sums in the
+// attention) in loops GCC vectorizes for the baseline ISA; it multiplies and
+// adds separately where they use FMA, so its attention and SiLU may differ
+// from theirs in the last bits.
 #include "qvl/kernels/decode_ops.h"
 
 #include <ATen/ATen.h>
@@ -14,7 +16,7 @@
 
 #include "qvl/error.h"
 #include "qvl/kernels/decode_ops_detail.h"
-#include "qvl/kernels/gemv.h"
+#include "qvl/kernels/simd_portable.h"
 
 namespace qvl::kernels {
 
@@ -22,48 +24,207 @@ using namespace decode_detail;
 
 namespace {
 
-inline const void* offset(Storage s, const void* p, int64_t elements) {
-  return static_cast<const char*>(p) + elements * element_size(s);
-}
-
-constexpr int kLanes = 16;  // floats in a 512-bit register
-
-// Lane i + 8, then i + 4, i + 2, i + 1 into lane 0, as reduce_pairwise does in
-// the AVX-512 file.
-float reduce_pairwise(float* lanes) {
-  for (int width = kLanes / 2; width >= 1; width /= 2)
-    for (int i = 0; i < width; ++i) lanes[i] += lanes[i + width];
-  return lanes[0];
-}
-
-float exp_poly(float x) {
-  x = std::max(std::min(x, kExpMax), kExpMin);
-  const float n = std::nearbyint(x * kLog2e);
-  float r = std::fma(-n, kLn2High, x);
-  r = std::fma(-n, kLn2Low, r);
-  float p = kExpTaylor[0];
-  for (int i = 1; i < 8; ++i) p = std::fma(p, r, kExpTaylor[i]);
-  return std::ldexp(p, static_cast<int>(n));
-}
-
-bool use_avx512(VecPath path, const char* kernel) {
-  if (!vec_path_supported(path))
-    throw Error(fmt::format("{}: the AVX-512 path was asked for but this CPU lacks AVX-512 F/BW/BF16", kernel));
-  return path == VecPath::Avx512 || (path == VecPath::Best && vec_path_supported(VecPath::Avx512));
-}
+using namespace simd_portable;
 
 // Below about this many values a second thread costs more than it saves.
 constexpr int64_t kValuesPerThread = 1 << 15;
 
 int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, kValuesPerThread / std::max<int64_t>(1, cols)); }
 
-// Largest query-head group and head_dim the attention kernels hold in registers.
-constexpr int64_t kMaxGroup = 8;
-constexpr int64_t kMaxHeadDim = 256;
+// ATen's sum order on W lanes held in an array (W = 1 is the order of one
+// value at a time).
+template <int W>
+struct FloatLanes {
+  struct V {
+    float lane[W];
+  };
+  static constexpr int kWidth = W;
+  static V zero() { return V{}; }
+  static V add(V a, const V& b) {
+    for (int l = 0; l < W; ++l) a.lane[l] += b.lane[l];
+    return a;
+  }
+  template <class T>
+  static V square(const T* p) {
+    V v;
+    for (int l = 0; l < W; ++l) {
+      const float e = load(p, l);
+      v.lane[l] = e * e;
+    }
+    return v;
+  }
+  static void store(float* p, const V& v) {
+    for (int l = 0; l < W; ++l) p[l] = v.lane[l];
+  }
+};
+
+template <class T>
+float sum_of_squares(const T* x, int64_t n, int lanes) {
+  // ATen adds rows shorter than a vector one value at a time.
+  if (lanes == 16 && n >= 16) return cascade_sum_of_squares<FloatLanes<16>>(x, n);
+  if (lanes == 8 && n >= 8) return cascade_sum_of_squares<FloatLanes<8>>(x, n);
+  return cascade_sum_of_squares<FloatLanes<1>>(x, n);
+}
+
+template <class T>
+void rms_norm_rows(const NormJob& job, int64_t row_begin, int64_t row_end) {
+  const int64_t cols = job.cols;
+  const T* weight = static_cast<const T*>(job.weight);
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const T* x = static_cast<const T*>(job.x) + r * cols;
+    T* y = static_cast<T*>(job.y) + r * cols;
+    const float sum = sum_of_squares(x, cols, job.lanes);
+    const float inv_rms = 1.0f / std::sqrt(sum / float(cols) + job.eps);
+    for (int64_t c = 0; c < cols; ++c) store(y, c, round_to(x, load(x, c) * inv_rms) * load(weight, c));
+  }
+}
+
+template <class T>
+void head_norm_rope_rows(const HeadRopeJob& job, int64_t row_begin, int64_t row_end) {
+  const int64_t head_dim = job.head_dim, half = head_dim / 2;
+  const T* weight = static_cast<const T*>(job.weight);
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const T* x = static_cast<const T*>(job.x) + r * head_dim;
+    T* y = static_cast<T*>(job.y) + r * head_dim;
+    const float* cos = job.cos + (r / job.heads) * head_dim;
+    const float* sin = job.sin + (r / job.heads) * head_dim;
+    const float sum = sum_of_squares(x, head_dim, job.lanes);
+    const float inv_rms = 1.0f / std::sqrt(sum / float(head_dim) + job.eps);
+    const auto normed = [&](int64_t i) { return round_to(x, round_to(x, load(x, i) * inv_rms) * load(weight, i)); };
+    for (int64_t i = 0; i < half; ++i) {  // reads i and half + i before writing them (y may be x)
+      const float first = normed(i), second = normed(half + i);
+      store(y, i, first * cos[i] - second * sin[i]);
+      store(y, half + i, second * cos[half + i] + first * sin[half + i]);
+    }
+  }
+}
+
+// The vector tiers' layout with separate multiplies and adds: scores as 16
+// lanes of partial dot products reduced pairwise, the softmax sum in 16 lanes
+// by position, Σ p·v in float32 in position order.
+template <class T>
+void attend_pair(const AttentionJob& job, int64_t pair, float* scratch) {
+  const int64_t kv_heads = job.shape.kv_heads, head_dim = job.shape.head_dim;
+  const int64_t group = job.shape.heads / kv_heads;
+  const int64_t chunks = (head_dim + kLanes - 1) / kLanes;
+  const int64_t b = pair / kv_heads, g = pair % kv_heads;
+  const KvSequence& seq = job.sequences[b];
+  const int64_t visible = seq.visible;
+  const T* keys = static_cast<const T*>(seq.keys) + g * seq.capacity * head_dim;
+  const T* values = static_cast<const T*>(seq.values) + g * seq.capacity * head_dim;
+  const int64_t first_row = (b * job.shape.heads + g * group) * head_dim;  // of q and out
+  const T* q = static_cast<const T*>(job.q) + first_row;
+  T* out = static_cast<T*>(job.out) + first_row;
+
+  // Queries and each key as floats, zero past head_dim, so that every chunk
+  // is a full one.
+  const int64_t padded = chunks * kLanes;
+  float query[kMaxGroup][kMaxHeadDim], key[kMaxHeadDim];
+  for (int64_t d = head_dim; d < padded; ++d) key[d] = 0;
+  for (int64_t h = 0; h < group; ++h)
+    for (int64_t d = 0; d < padded; ++d) query[h][d] = d < head_dim ? load(q + h * head_dim, d) : 0.0f;
+  for (int64_t t = 0; t < visible; ++t) {
+    for (int64_t d = 0; d < head_dim; ++d) key[d] = load(keys + t * head_dim, d);
+    for (int64_t h = 0; h < group; ++h) {
+      float lanes[kLanes] = {};
+      for (int64_t c = 0; c < padded; c += kLanes)
+        for (int l = 0; l < kLanes; ++l) lanes[l] += query[h][c + l] * key[c + l];
+      scratch[h * visible + t] = reduce_pairwise(lanes) * job.scale;
+    }
+  }
+
+  const int64_t full = visible / kLanes * kLanes;
+  for (int64_t h = 0; h < group; ++h) {
+    float* scores = scratch + h * visible;
+    float max_score = -INFINITY;
+    {
+      float maxima[kLanes];
+      for (float& m : maxima) m = -INFINITY;
+      for (int64_t t = 0; t < full; t += kLanes)
+        for (int l = 0; l < kLanes; ++l) maxima[l] = max_of(maxima[l], scores[t + l]);
+      for (int64_t t = full; t < visible; ++t) max_score = max_of(max_score, scores[t]);
+      for (float m : maxima) max_score = max_of(max_score, m);
+    }
+    float sums[kLanes] = {};
+    for (int64_t t = 0; t < full; t += kLanes)
+      for (int l = 0; l < kLanes; ++l) {
+        scores[t + l] = exp_poly(scores[t + l] - max_score);
+        sums[l] += scores[t + l];
+      }
+    for (int64_t t = full; t < visible; ++t) {
+      scores[t] = exp_poly(scores[t] - max_score);
+      sums[t - full] += scores[t];
+    }
+    const float inverse = 1.0f / reduce_pairwise(sums);
+    for (int64_t t = 0; t < visible; ++t) scores[t] = round_to(values, scores[t] * inverse);
+  }
+
+  float acc[kMaxGroup][kMaxHeadDim];
+  for (int64_t h = 0; h < group; ++h)
+    for (int64_t d = 0; d < head_dim; ++d) acc[h][d] = 0;
+  for (int64_t t = 0; t < visible; ++t) {
+    const T* value = values + t * head_dim;
+    for (int64_t h = 0; h < group; ++h) {
+      const float p = scratch[h * visible + t];
+      for (int64_t d = 0; d < head_dim; ++d) acc[h][d] += p * load(value, d);
+    }
+  }
+  for (int64_t h = 0; h < group; ++h)
+    for (int64_t d = 0; d < head_dim; ++d) store(out + h * head_dim, d, acc[h][d]);
+}
+
+template <class T>
+void silu_mul_range(T* gate, const T* up, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
+    const float g = load(gate, i);
+    const float silu = round_to(gate, g / (1.0f + exp_poly(0.0f - g)));
+    store(gate, i, silu * load(up, i));
+  }
+}
+
+template <class T>
+void add_range(T* x, const T* add, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) store(x, i, load(x, i) + load(add, i));
+}
+
+void rms_norm_rows_portable(const NormJob& job, int64_t row_begin, int64_t row_end) {
+  job.storage == Storage::F32 ? rms_norm_rows<float>(job, row_begin, row_end)
+                              : rms_norm_rows<uint16_t>(job, row_begin, row_end);
+}
+void head_norm_rope_rows_portable(const HeadRopeJob& job, int64_t row_begin, int64_t row_end) {
+  job.storage == Storage::F32 ? head_norm_rope_rows<float>(job, row_begin, row_end)
+                              : head_norm_rope_rows<uint16_t>(job, row_begin, row_end);
+}
+void attend_pair_portable(const AttentionJob& job, int64_t pair, float* scratch) {
+  job.storage == Storage::F32 ? attend_pair<float>(job, pair, scratch) : attend_pair<uint16_t>(job, pair, scratch);
+}
+void silu_mul_portable(Storage s, void* gate, const void* up, int64_t begin, int64_t end) {
+  s == Storage::F32
+      ? silu_mul_range(static_cast<float*>(gate), static_cast<const float*>(up), begin, end)
+      : silu_mul_range(static_cast<uint16_t*>(gate), static_cast<const uint16_t*>(up), begin, end);
+}
+void add_into_portable(Storage s, void* x, const void* add, int64_t begin, int64_t end) {
+  s == Storage::F32 ? add_range(static_cast<float*>(x), static_cast<const float*>(add), begin, end)
+                    : add_range(static_cast<uint16_t*>(x), static_cast<const uint16_t*>(add), begin, end);
+}
 
 }  // namespace
 
 namespace decode_detail {
+
+const DecodeKernels kDecodePortable = {rms_norm_rows_portable, head_norm_rope_rows_portable, attend_pair_portable,
+                                       silu_mul_portable, add_into_portable};
+
+const DecodeKernels& decode_kernels(Isa isa, const char* caller) {
+  if (!isa_supported(isa))
+    throw Error(fmt::format("{}: this CPU cannot run the {} tier (it supports up to {})", caller, isa_name(isa),
+                            isa_name(best_isa())));
+#if QVL_X86
+  if (isa == Isa::Avx512) return kDecodeAvx512;
+  if (isa == Isa::Avx2) return kDecodeAvx2;
+#endif
+  return kDecodePortable;
+}
 
 int aten_sum_lanes() {
   static const int lanes = [] {
@@ -78,8 +239,8 @@ int aten_sum_lanes() {
       }
       const at::Tensor t = at::from_blob(values.data(), {1, int64_t(values.size())}, at::kFloat);
       const float aten = t.square().sum(-1).item<float>();
-      const float by8 = aten_sum_of_squares_scalar(Storage::F32, values.data(), int64_t(values.size()), 8);
-      const float by16 = aten_sum_of_squares_scalar(Storage::F32, values.data(), int64_t(values.size()), 16);
+      const float by8 = aten_sum_of_squares(Storage::F32, values.data(), int64_t(values.size()), 8);
+      const float by16 = aten_sum_of_squares(Storage::F32, values.data(), int64_t(values.size()), 16);
       if (by8 == by16) continue;
       return aten == by8 ? 8 : 16;
     }
@@ -88,160 +249,37 @@ int aten_sum_lanes() {
   return lanes;
 }
 
-float aten_sum_of_squares_scalar(Storage s, const void* x, int64_t n, int lanes) {
-  if (n < lanes) lanes = 1;
-  const auto square = [&](int64_t i) {
-    const float v = load_at(s, x, i);
-    return v * v;
-  };
-  const int64_t vectors = n / lanes, blocks = vectors / 4;
-  float acc[4][4][16] = {};  // [level][stream][lane]
-  const auto add_block = [&](int64_t block) {
-    for (int k = 0; k < 4; ++k)
-      for (int l = 0; l < lanes; ++l) acc[0][k][l] += square((block * 4 + k) * lanes + l);
-  };
-  int64_t block = 0;
-  while (block + 16 <= blocks) {
-    for (int j = 0; j < 16; ++j) add_block(block++);
-    for (int level = 1; level < 4; ++level) {
-      for (int k = 0; k < 4; ++k)
-        for (int l = 0; l < lanes; ++l) {
-          acc[level][k][l] += acc[level - 1][k][l];
-          acc[level - 1][k][l] = 0;
-        }
-      if ((block & (int64_t(15) << (4 * level))) != 0) break;
-    }
-  }
-  for (; block < blocks; ++block) add_block(block);
-  for (int level = 1; level < 4; ++level)
-    for (int k = 0; k < 4; ++k)
-      for (int l = 0; l < lanes; ++l) acc[0][k][l] += acc[level][k][l];
-  for (int64_t v = blocks * 4; v < vectors; ++v)
-    for (int l = 0; l < lanes; ++l) acc[0][0][l] += square(v * lanes + l);
-  for (int k = 1; k < 4; ++k)
-    for (int l = 0; l < lanes; ++l) acc[0][0][l] += acc[0][k][l];
-  float total = 0;
-  for (int64_t i = vectors * lanes; i < n; ++i) total += square(i);
-  for (int l = 0; l < lanes; ++l) total += acc[0][0][l];
-  return total;
-}
-
-void rms_norm_rows_scalar(const NormJob& job, int64_t row_begin, int64_t row_end) {
-  const Storage s = job.storage;
-  for (int64_t r = row_begin; r < row_end; ++r) {
-    const void* x = offset(s, job.x, r * job.cols);
-    void* y = const_cast<void*>(offset(s, job.y, r * job.cols));
-    const float sum = aten_sum_of_squares_scalar(s, x, job.cols, job.lanes);
-    const float inv_rms = 1.0f / std::sqrt(sum / float(job.cols) + job.eps);
-    for (int64_t c = 0; c < job.cols; ++c)
-      store_at(s, y, c, round_to(s, load_at(s, x, c) * inv_rms) * load_at(s, job.weight, c));
-  }
-}
-
-void head_norm_rope_rows_scalar(const HeadRopeJob& job, int64_t row_begin, int64_t row_end) {
-  const Storage s = job.storage;
-  const int64_t head_dim = job.head_dim, half = head_dim / 2;
-  for (int64_t r = row_begin; r < row_end; ++r) {
-    const void* x = offset(s, job.x, r * head_dim);
-    void* y = const_cast<void*>(offset(s, job.y, r * head_dim));
-    const float* cos = job.cos + (r / job.heads) * head_dim;
-    const float* sin = job.sin + (r / job.heads) * head_dim;
-    const float sum = aten_sum_of_squares_scalar(s, x, head_dim, job.lanes);
-    const float inv_rms = 1.0f / std::sqrt(sum / float(head_dim) + job.eps);
-    const auto normed = [&](int64_t i) {
-      return round_to(s, round_to(s, load_at(s, x, i) * inv_rms) * load_at(s, job.weight, i));
-    };
-    for (int64_t i = 0; i < half; ++i) {
-      const float first = normed(i), second = normed(half + i);
-      store_at(s, y, i, first * cos[i] - second * sin[i]);
-      store_at(s, y, half + i, second * cos[half + i] + first * sin[half + i]);
-    }
-  }
-}
-
-void attend_pair_scalar(const AttentionJob& job, int64_t pair, float* scratch) {
-  const Storage s = job.storage;
-  const int64_t kv_heads = job.shape.kv_heads, head_dim = job.shape.head_dim;
-  const int64_t group = job.shape.heads / kv_heads;
-  const int64_t b = pair / kv_heads, g = pair % kv_heads;
-  const KvSequence& seq = job.sequences[b];
-  const int64_t visible = seq.visible;
-  const void* keys = offset(s, seq.keys, g * seq.capacity * head_dim);
-  const void* values = offset(s, seq.values, g * seq.capacity * head_dim);
-  const int64_t padded = (head_dim + kLanes - 1) / kLanes * kLanes;
-
-  for (int64_t hq = 0; hq < group; ++hq) {
-    const int64_t q_row = (b * job.shape.heads + g * group + hq) * head_dim;
-    float* scores = scratch + hq * visible;
-    for (int64_t t = 0; t < visible; ++t) {
-      float lanes[kLanes] = {};
-      for (int64_t c = 0; c < padded; c += kLanes)
-        for (int l = 0; l < kLanes; ++l) {
-          const int64_t d = c + l;
-          const float q = d < head_dim ? load_at(s, job.q, q_row + d) : 0.0f;
-          const float k = d < head_dim ? load_at(s, keys, t * head_dim + d) : 0.0f;
-          lanes[l] = std::fma(q, k, lanes[l]);
-        }
-      scores[t] = reduce_pairwise(lanes) * job.scale;
-    }
-
-    float max_score = -INFINITY;
-    for (int64_t t = 0; t < visible; ++t) max_score = std::max(max_score, scores[t]);
-    float sums[kLanes] = {};
-    for (int64_t t = 0; t < visible; ++t) {
-      scores[t] = exp_poly(scores[t] - max_score);
-      sums[t % kLanes] += scores[t];
-    }
-    const float inverse = 1.0f / reduce_pairwise(sums);
-    for (int64_t t = 0; t < visible; ++t) scores[t] = round_to(s, scores[t] * inverse);
-
-    for (int64_t d = 0; d < head_dim; ++d) {
-      float acc = 0;
-      for (int64_t t = 0; t < visible; ++t) acc = std::fma(scores[t], load_at(s, values, t * head_dim + d), acc);
-      store_at(s, job.out, q_row + d, acc);
-    }
-  }
-}
-
-void silu_mul_scalar(Storage s, void* gate, const void* up, int64_t begin, int64_t end) {
-  for (int64_t i = begin; i < end; ++i) {
-    const float g = load_at(s, gate, i);
-    const float silu = round_to(s, g / (1.0f + exp_poly(-g)));
-    store_at(s, gate, i, silu * load_at(s, up, i));
-  }
-}
-
-void add_into_scalar(Storage s, void* x, const void* add, int64_t begin, int64_t end) {
-  for (int64_t i = begin; i < end; ++i) store_at(s, x, i, load_at(s, x, i) + load_at(s, add, i));
+float aten_sum_of_squares(Storage s, const void* x, int64_t n, int lanes) {
+  return s == Storage::F32 ? sum_of_squares(static_cast<const float*>(x), n, lanes)
+                           : sum_of_squares(static_cast<const uint16_t*>(x), n, lanes);
 }
 
 }  // namespace decode_detail
 
 void rms_norm_rows(Storage s, const void* x, const void* weight, void* y, int64_t rows, int64_t cols, double eps,
-                   VecPath path) {
+                   Isa isa) {
+  const DecodeKernels& kernels = decode_kernels(isa, "rms_norm_rows");
   if (rows <= 0 || cols <= 0) return;
-  const bool avx512 = use_avx512(path, "rms_norm_rows");
   // ATen adds eps to a float32 tensor: the double becomes a float first.
   const NormJob job{s, x, weight, y, cols, static_cast<float>(eps), aten_sum_lanes()};
-  at::parallel_for(0, rows, row_grain(cols), [&](int64_t begin, int64_t end) {
-    avx512 ? rms_norm_rows_avx512(job, begin, end) : rms_norm_rows_scalar(job, begin, end);
-  });
+  at::parallel_for(0, rows, row_grain(cols),
+                   [&](int64_t begin, int64_t end) { kernels.rms_norm_rows(job, begin, end); });
 }
 
 void head_norm_rope(Storage s, const void* x, const void* weight, const float* cos, const float* sin, void* y,
-                    int64_t tokens, int64_t heads, int64_t head_dim, double eps, VecPath path) {
+                    int64_t tokens, int64_t heads, int64_t head_dim, double eps, Isa isa) {
+  const DecodeKernels& kernels = decode_kernels(isa, "head_norm_rope");
   if (head_dim <= 0 || head_dim % 2 != 0)
     throw Error(fmt::format("head_norm_rope: rotary needs a positive even head_dim, got {}", head_dim));
   if (tokens <= 0 || heads <= 0) return;
-  const bool avx512 = use_avx512(path, "head_norm_rope");
   const HeadRopeJob job{s, x, weight, cos, sin, y, heads, head_dim, static_cast<float>(eps), aten_sum_lanes()};
-  at::parallel_for(0, tokens * heads, row_grain(head_dim), [&](int64_t begin, int64_t end) {
-    avx512 ? head_norm_rope_rows_avx512(job, begin, end) : head_norm_rope_rows_scalar(job, begin, end);
-  });
+  at::parallel_for(0, tokens * heads, row_grain(head_dim),
+                   [&](int64_t begin, int64_t end) { kernels.head_norm_rope_rows(job, begin, end); });
 }
 
 void decode_attention(Storage s, const void* q, const KvSequence* sequences, int64_t batch,
-                      const AttentionShape& shape, void* out, VecPath path) {
+                      const AttentionShape& shape, void* out, Isa isa) {
+  const DecodeKernels& kernels = decode_kernels(isa, "decode_attention");
   if (batch <= 0) return;
   if (shape.kv_heads <= 0 || shape.heads <= 0 || shape.heads % shape.kv_heads != 0 ||
       shape.heads / shape.kv_heads > kMaxGroup)
@@ -257,32 +295,28 @@ void decode_attention(Storage s, const void* q, const KvSequence* sequences, int
                               seq.visible, seq.capacity, seq.keys && seq.values ? "" : " (no keys/values)"));
     longest = std::max(longest, seq.visible);
   }
-  const bool avx512 = use_avx512(path, "decode_attention");
   const AttentionJob job{s, q, sequences, shape, static_cast<float>(1.0 / std::sqrt(double(shape.head_dim))), out};
   const int64_t scratch_floats = shape.heads / shape.kv_heads * longest;
   at::parallel_for(0, batch * shape.kv_heads, 1, [&](int64_t begin, int64_t end) {
     // Grown, never shrunk: a decode step after the first allocates nothing.
     thread_local std::vector<float> scratch;
     if (int64_t(scratch.size()) < scratch_floats) scratch.resize(size_t(scratch_floats));
-    for (int64_t pair = begin; pair < end; ++pair)
-      avx512 ? attend_pair_avx512(job, pair, scratch.data()) : attend_pair_scalar(job, pair, scratch.data());
+    for (int64_t pair = begin; pair < end; ++pair) kernels.attend_pair(job, pair, scratch.data());
   });
 }
 
-void silu_mul(Storage s, void* gate, const void* up, int64_t n, VecPath path) {
+void silu_mul(Storage s, void* gate, const void* up, int64_t n, Isa isa) {
+  const DecodeKernels& kernels = decode_kernels(isa, "silu_mul");
   if (n <= 0) return;
-  const bool avx512 = use_avx512(path, "silu_mul");
-  at::parallel_for(0, n, kValuesPerThread, [&](int64_t begin, int64_t end) {
-    avx512 ? silu_mul_avx512(s, gate, up, begin, end) : silu_mul_scalar(s, gate, up, begin, end);
-  });
+  at::parallel_for(0, n, kValuesPerThread,
+                   [&](int64_t begin, int64_t end) { kernels.silu_mul(s, gate, up, begin, end); });
 }
 
-void add_into(Storage s, void* x, const void* add, int64_t n, VecPath path) {
+void add_into(Storage s, void* x, const void* add, int64_t n, Isa isa) {
+  const DecodeKernels& kernels = decode_kernels(isa, "add_into");
   if (n <= 0) return;
-  const bool avx512 = use_avx512(path, "add_into");
-  at::parallel_for(0, n, kValuesPerThread, [&](int64_t begin, int64_t end) {
-    avx512 ? add_into_avx512(s, x, add, begin, end) : add_into_scalar(s, x, add, begin, end);
-  });
+  at::parallel_for(0, n, kValuesPerThread,
+                   [&](int64_t begin, int64_t end) { kernels.add_into(s, x, add, begin, end); });
 }
 
 }  // namespace qvl::kernels

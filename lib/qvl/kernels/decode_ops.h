@@ -6,13 +6,19 @@
 // Plain pointers and sizes (no torch headers), so the decoder can hand over
 // tensors' data pointers. Activations are float32 or bfloat16 (raw bits); the
 // arithmetic is float32 and every rounding to bf16 happens where the ATen
-// formulation in layer.cpp / rope.cpp rounds, so the norms and the rotary give
-// the same bits as ATen. The Scalar and Avx512 paths give the same bits as each
-// other on every kernel.
+// formulation in layer.cpp / rope.cpp rounds, so the norms, the rotary and the
+// residual add give the same bits as ATen on every tier.
+//
+// Every kernel runs the code of tier `isa` (kernels/cpu.h; neon runs the
+// portable code) and throws qvl::Error if this CPU cannot run that tier. The
+// avx2 and avx512 tiers give the same bits as each other on every kernel; the
+// portable code, without FMA, may differ from them in the last bits of the
+// attention and SiLU (within the tolerances tests/model/test_decode_ops.cpp
+// derives).
 #pragma once
 #include <cstdint>
 
-#include "qvl/kernels/storage.h"  // Storage, VecPath
+#include "qvl/kernels/storage.h"  // Storage, Isa, active_isa
 
 namespace qvl::kernels {
 
@@ -22,7 +28,7 @@ namespace qvl::kernels {
 // result equals layer.cpp's rms_norm bit for bit (for cols < 32768, where ATen
 // never splits a row across threads). y may be x.
 void rms_norm_rows(Storage s, const void* x, const void* weight, void* y, int64_t rows, int64_t cols, double eps,
-                   VecPath path = VecPath::Best);
+                   Isa isa = active_isa());
 
 // The q (or k) path of attention for one token per row:
 //   y = apply_rope(rms_norm(x, weight, eps), cos/sin of the token)
@@ -30,7 +36,7 @@ void rms_norm_rows(Storage s, const void* x, const void* weight, void* y, int64_
 // storage, cos/sin [tokens, head_dim] float32 (RopeTables rows: token t uses
 // row t). Same bits as rope.cpp's apply_rope after layer.cpp's rms_norm.
 void head_norm_rope(Storage s, const void* x, const void* weight, const float* cos, const float* sin, void* y,
-                    int64_t tokens, int64_t heads, int64_t head_dim, double eps, VecPath path = VecPath::Best);
+                    int64_t tokens, int64_t heads, int64_t head_dim, double eps, Isa isa = active_isa());
 
 // One sequence's cache for one layer, owned elsewhere (KvCache): keys and
 // values are [kv_heads, capacity, head_dim] contiguous in the attention's
@@ -56,17 +62,17 @@ struct AttentionShape {
 // which is accumulated in float32 and rounded once. (sequence, kv head) pairs
 // are split over ATen's pool. Throws qvl::Error on inconsistent shapes.
 void decode_attention(Storage s, const void* q, const KvSequence* sequences, int64_t batch,
-                      const AttentionShape& shape, void* out, VecPath path = VecPath::Best);
+                      const AttentionShape& shape, void* out, Isa isa = active_isa());
 
 // gate = silu(gate) · up on n values: silu(g) = g / (1 + e^-g) in float32,
 // rounded to the storage, then the product, rounded. The exponential is a
-// polynomial within a few float ulps, so results may sit one bf16 step from
-// the exactly rounded value. (ATen 1.13's bf16 at::silu_ rounds e^-g and
-// 1 + e^-g to bf16 as well and lands up to ~2 steps away; its float32 silu is
-// this formula.)
-void silu_mul(Storage s, void* gate, const void* up, int64_t n, VecPath path = VecPath::Best);
+// polynomial within a few float ulps (on every tier), so results may sit one
+// bf16 step from the exactly rounded value. (ATen 1.13's bf16 at::silu_ rounds
+// e^-g and 1 + e^-g to bf16 as well and lands up to ~2 steps away; its float32
+// silu is this formula.)
+void silu_mul(Storage s, void* gate, const void* up, int64_t n, Isa isa = active_isa());
 
 // x += add on n values (rounded once to the storage, exactly as ATen's add).
-void add_into(Storage s, void* x, const void* add, int64_t n, VecPath path = VecPath::Best);
+void add_into(Storage s, void* x, const void* add, int64_t n, Isa isa = active_isa());
 
 }  // namespace qvl::kernels

@@ -1,64 +1,20 @@
-// AVX-512 versions of the decode kernels. This file alone of them is compiled
-// with -mavx512* (lib/CMakeLists.txt) and is only entered after a run-time CPU
-// check; everything in it has internal linkage or lives in decode_detail.
+// AVX-512 versions of the decode kernels: the avx512 tier's table. This file
+// alone of them is compiled with -mavx512* (lib/CMakeLists.txt) and is only
+// entered when that tier is active; everything in it has internal linkage or
+// lives in decode_detail.
 #include <immintrin.h>
 
 #include <cmath>
 
 #include "qvl/kernels/decode_ops_detail.h"
+#include "qvl/kernels/simd_avx512.h"
 
 namespace qvl::kernels::decode_detail {
 namespace {
 
-constexpr int kLanes = 16;
+using namespace simd_avx512;
 
-__mmask16 tail_mask(int64_t remaining) {
-  return remaining >= kLanes ? __mmask16(0xffff) : __mmask16((1u << remaining) - 1);
-}
-
-// bf16 bits of each lane in the low half of a 32-bit lane, rounded to nearest
-// even as gemv.h's float_to_bf16 does (a NaN stays a NaN).
-__m512i bf16_bits(__m512 v) {
-  const __m512i bits = _mm512_castps_si512(v);
-  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
-  const __m512i quiet_nan = _mm512_or_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x40));
-  return _mm512_mask_mov_epi32(rounded, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), quiet_nan);
-}
-
-// Loads and stores of 16 values as floats; masked-off lanes load as 0.
-__m512 load(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
-__m512 load(const uint16_t* p, __mmask16 m) {
-  const __m512i widened = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(widened, 16));
-}
-void store(float* p, __m512 v, __mmask16 m) { _mm512_mask_storeu_ps(p, m, v); }
-void store(uint16_t* p, __m512 v, __mmask16 m) { _mm256_mask_storeu_epi16(p, m, _mm512_cvtepi32_epi16(bf16_bits(v))); }
-// The value a store to T would keep.
-__m512 round_to(const float*, __m512 v) { return v; }
-__m512 round_to(const uint16_t*, __m512 v) { return _mm512_castsi512_ps(_mm512_slli_epi32(bf16_bits(v), 16)); }
-
-// Lane i + 8, then i + 4, i + 2, i + 1 into lane 0 (the portable file adds in
-// the same order).
-float reduce_pairwise(__m512 v) {
-  const __m256 eight = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-  const __m128 four = _mm_add_ps(_mm256_castps256_ps128(eight), _mm256_extractf128_ps(eight, 1));
-  const __m128 two = _mm_add_ps(four, _mm_movehl_ps(four, four));
-  return _mm_cvtss_f32(_mm_add_ss(two, _mm_shuffle_ps(two, two, 1)));
-}
-
-__m512 exp_poly(__m512 x) {
-  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(kExpMax)), _mm512_set1_ps(kExpMin));
-  const __m512 n =
-      _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2High), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Low), r);
-  __m512 p = _mm512_set1_ps(kExpTaylor[0]);
-  for (int i = 1; i < 8; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpTaylor[i]));
-  return _mm512_scalef_ps(p, n);
-}
-
-// ATen's sum order (see aten_sum_of_squares_scalar) on vectors of 16 or 8 lanes.
+// ATen's sum order (see aten_sum_of_squares) on vectors of 16 or 8 lanes.
 struct Lanes16 {
   using V = __m512;
   static constexpr int kWidth = 16;
@@ -91,60 +47,12 @@ struct Lanes8 {
   static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
 };
 
-float value_at(const float* p, int64_t i) { return p[i]; }
-float value_at(const uint16_t* p, int64_t i) { return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(int(p[i]) << 16))); }
-
-template <class L, class T>
-float cascade_sum_of_squares(const T* x, int64_t n) {
-  using V = typename L::V;
-  constexpr int W = L::kWidth;
-  const int64_t vectors = n / W, blocks = vectors / 4;
-  V acc[4][4];
-  for (auto& level : acc)
-    for (V& v : level) v = L::zero();
-  const auto add_block = [&](int64_t block) {
-    for (int k = 0; k < 4; ++k) acc[0][k] = L::add(acc[0][k], L::square(x + (block * 4 + k) * W));
-  };
-  int64_t block = 0;
-  while (block + 16 <= blocks) {
-    for (int j = 0; j < 16; ++j) add_block(block++);
-    for (int level = 1; level < 4; ++level) {
-      for (int k = 0; k < 4; ++k) {
-        acc[level][k] = L::add(acc[level][k], acc[level - 1][k]);
-        acc[level - 1][k] = L::zero();
-      }
-      if ((block & (int64_t(15) << (4 * level))) != 0) break;
-    }
-  }
-  for (; block < blocks; ++block) add_block(block);
-  for (int level = 1; level < 4; ++level)
-    for (int k = 0; k < 4; ++k) acc[0][k] = L::add(acc[0][k], acc[level][k]);
-  for (int64_t v = blocks * 4; v < vectors; ++v) acc[0][0] = L::add(acc[0][0], L::square(x + v * W));
-  V streams = acc[0][0];
-  for (int k = 1; k < 4; ++k) streams = L::add(streams, acc[0][k]);
-  float lanes[W];
-  L::store(lanes, streams);
-  float total = 0;
-  for (int64_t i = vectors * W; i < n; ++i) {
-    const float v = value_at(x, i);
-    total += v * v;
-  }
-  for (int l = 0; l < W; ++l) total += lanes[l];
-  return total;
-}
-
-template <class T>
-Storage storage_of();
-template <>
-Storage storage_of<float>() { return Storage::F32; }
-template <>
-Storage storage_of<uint16_t>() { return Storage::BF16; }
-
 template <class T>
 float sum_of_squares(const T* x, int64_t n, int lanes) {
   if (lanes == 16 && n >= 16) return cascade_sum_of_squares<Lanes16>(x, n);
   if (lanes == 8 && n >= 8) return cascade_sum_of_squares<Lanes8>(x, n);
-  return aten_sum_of_squares_scalar(storage_of<T>(), x, n, lanes);
+  // Shorter than a vector: ATen adds one value at a time (the portable code).
+  return aten_sum_of_squares(sizeof(T) == 4 ? Storage::F32 : Storage::BF16, x, n, lanes);
 }
 
 template <class T>
@@ -191,13 +99,6 @@ void head_norm_rope_rows(const HeadRopeJob& job, int64_t row_begin, int64_t row_
 
 constexpr int64_t kPrefetchBytes = 8192;
 
-template <class T>
-void prefetch_row(const T* row, int64_t count) {
-  const char* bytes = reinterpret_cast<const char*>(row);
-  for (int64_t offset = 0; offset < count * int64_t(sizeof(T)); offset += 64)
-    _mm_prefetch(bytes + offset, _MM_HINT_T0);
-}
-
 // kGroup/kChunks fixed at compile time let GCC unroll the Qwen3-VL shape (2
 // query heads per kv head, head_dim 128 = 8 full vectors) and keep the queries
 // in registers; 0 means "read from job".
@@ -229,7 +130,7 @@ void attend_pair(const AttentionJob& job, int64_t pair, float* scratch) {
   const int64_t ahead = kPrefetchBytes / int64_t(sizeof(T) * head_dim) + 1;
   for (int64_t t = 0; t < visible; ++t) {
     const T* key = keys + t * head_dim;
-    prefetch_row(key + ahead * head_dim, head_dim);
+    prefetch_range(key + ahead * head_dim, head_dim);
     __m512 dot[kGroupSlots];
     for (int h = 0; h < group; ++h) dot[h] = _mm512_setzero_ps();
     for (int c = 0; c < chunks; ++c) {
@@ -266,7 +167,7 @@ void attend_pair(const AttentionJob& job, int64_t pair, float* scratch) {
     for (int c = 0; c < chunks; ++c) acc[h][c] = _mm512_setzero_ps();
   for (int64_t t = 0; t < visible; ++t) {
     const T* value = values + t * head_dim;
-    prefetch_row(value + ahead * head_dim, head_dim);
+    prefetch_range(value + ahead * head_dim, head_dim);
     __m512 p[kGroupSlots];
     for (int h = 0; h < group; ++h) p[h] = _mm512_set1_ps(scratch[h * visible + t]);
     for (int c = 0; c < chunks; ++c) {
@@ -306,41 +207,44 @@ void add_range(T* x, const T* add, int64_t begin, int64_t end) {
   }
 }
 
-}  // namespace
-
-void rms_norm_rows_avx512(const NormJob& job, int64_t row_begin, int64_t row_end) {
+void rms_norm_rows_tier(const NormJob& job, int64_t row_begin, int64_t row_end) {
   if (job.storage == Storage::F32)
     rms_norm_rows<float>(job, row_begin, row_end);
   else
     rms_norm_rows<uint16_t>(job, row_begin, row_end);
 }
 
-void head_norm_rope_rows_avx512(const HeadRopeJob& job, int64_t row_begin, int64_t row_end) {
+void head_norm_rope_rows_tier(const HeadRopeJob& job, int64_t row_begin, int64_t row_end) {
   if (job.storage == Storage::F32)
     head_norm_rope_rows<float>(job, row_begin, row_end);
   else
     head_norm_rope_rows<uint16_t>(job, row_begin, row_end);
 }
 
-void attend_pair_avx512(const AttentionJob& job, int64_t pair, float* scratch) {
+void attend_pair_tier(const AttentionJob& job, int64_t pair, float* scratch) {
   if (job.storage == Storage::F32)
     attend_pair_dispatch<float>(job, pair, scratch);
   else
     attend_pair_dispatch<uint16_t>(job, pair, scratch);
 }
 
-void silu_mul_avx512(Storage s, void* gate, const void* up, int64_t begin, int64_t end) {
+void silu_mul_tier(Storage s, void* gate, const void* up, int64_t begin, int64_t end) {
   if (s == Storage::F32)
     silu_mul_range(static_cast<float*>(gate), static_cast<const float*>(up), begin, end);
   else
     silu_mul_range(static_cast<uint16_t*>(gate), static_cast<const uint16_t*>(up), begin, end);
 }
 
-void add_into_avx512(Storage s, void* x, const void* add, int64_t begin, int64_t end) {
+void add_into_tier(Storage s, void* x, const void* add, int64_t begin, int64_t end) {
   if (s == Storage::F32)
     add_range(static_cast<float*>(x), static_cast<const float*>(add), begin, end);
   else
     add_range(static_cast<uint16_t*>(x), static_cast<const uint16_t*>(add), begin, end);
 }
+
+}  // namespace
+
+const DecodeKernels kDecodeAvx512 = {rms_norm_rows_tier, head_norm_rope_rows_tier, attend_pair_tier, silu_mul_tier,
+                                     add_into_tier};
 
 }  // namespace qvl::kernels::decode_detail

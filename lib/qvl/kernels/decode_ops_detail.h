@@ -1,12 +1,14 @@
-// Internal to the decode kernels: the per-ISA functions decode_ops.cpp
-// dispatches to. The AVX-512 ones live in decode_ops_avx512.cpp, the only file
-// of these built with AVX-512 flags. Both files are built with
-// -ffp-contract=off: a multiply and an add fused into one FMA would round once
-// where ATen rounds twice.
+// Internal to the decode kernels: the per-tier functions decode_ops.cpp
+// dispatches to, one table per tier. The avx2 and avx512 tables live in
+// decode_ops_avx2.cpp / decode_ops_avx512.cpp (x86 only), the portable one
+// in decode_ops.cpp. All these files are built with -ffp-contract=off: a
+// multiply and an add fused into one FMA would round once where ATen rounds
+// twice.
 #pragma once
 #include <cstdint>
 
 #include "qvl/kernels/decode_ops.h"
+#include "qvl/kernels/simd_portable.h"
 
 namespace qvl::kernels::decode_detail {
 
@@ -15,13 +17,57 @@ namespace qvl::kernels::decode_detail {
 int aten_sum_lanes();
 
 // Σ x² over n values of storage s, added in the order of ATen's CPU sum
-// (cascade_sum): `lanes` independent running sums fed one vector at a time,
-// 4 interleaved streams of vectors whose blocks of 16 roll up through 4
-// levels, then the streams, the leftover vectors, the leftover values and
-// finally the lanes in turn. ATen sums rows shorter than `lanes` one value at
-// a time: the same order with a single lane. The AVX-512 file has a vector
-// twin of this.
-float aten_sum_of_squares_scalar(Storage s, const void* x, int64_t n, int lanes);
+// (cascade_sum): `lanes` (1, 8 or 16) independent running sums fed one vector
+// at a time, 4 interleaved streams of vectors whose blocks of 16 roll up
+// through 4 levels, then the streams, the leftover vectors, the leftover
+// values and finally the lanes in turn. ATen sums rows shorter than `lanes`
+// one value at a time: the same order with a single lane. Every tier's norms
+// add in this order; this is the portable one.
+float aten_sum_of_squares(Storage s, const void* x, int64_t n, int lanes);
+
+// That order on vectors of L::kWidth lanes (n ≥ kWidth), for any tier: L has
+// a vector type V, zero(), add(a, b), square(p) (the squares of the kWidth
+// values at p, as floats) and store(float*, v). Each tier instantiates it
+// with an L of its own anonymous namespace, so no instantiation compiled for
+// one tier is ever used by another.
+template <class L, class T>
+float cascade_sum_of_squares(const T* x, int64_t n) {
+  using V = typename L::V;
+  constexpr int W = L::kWidth;
+  const int64_t vectors = n / W, blocks = vectors / 4;
+  V acc[4][4];  // [level][stream]
+  for (auto& level : acc)
+    for (V& v : level) v = L::zero();
+  const auto add_block = [&](int64_t block) {
+    for (int k = 0; k < 4; ++k) acc[0][k] = L::add(acc[0][k], L::square(x + (block * 4 + k) * W));
+  };
+  int64_t block = 0;
+  while (block + 16 <= blocks) {
+    for (int j = 0; j < 16; ++j) add_block(block++);
+    for (int level = 1; level < 4; ++level) {
+      for (int k = 0; k < 4; ++k) {
+        acc[level][k] = L::add(acc[level][k], acc[level - 1][k]);
+        acc[level - 1][k] = L::zero();
+      }
+      if ((block & (int64_t(15) << (4 * level))) != 0) break;
+    }
+  }
+  for (; block < blocks; ++block) add_block(block);
+  for (int level = 1; level < 4; ++level)
+    for (int k = 0; k < 4; ++k) acc[0][k] = L::add(acc[0][k], acc[level][k]);
+  for (int64_t v = blocks * 4; v < vectors; ++v) acc[0][0] = L::add(acc[0][0], L::square(x + v * W));
+  V streams = acc[0][0];
+  for (int k = 1; k < 4; ++k) streams = L::add(streams, acc[0][k]);
+  float lanes[W];
+  L::store(lanes, streams);
+  float total = 0;
+  for (int64_t i = vectors * W; i < n; ++i) {
+    const float v = simd_portable::load(x, i);
+    total += v * v;
+  }
+  for (int l = 0; l < W; ++l) total += lanes[l];
+  return total;
+}
 
 struct NormJob {
   Storage storage;
@@ -32,8 +78,6 @@ struct NormJob {
   float eps;
   int lanes;  // aten_sum_lanes()
 };
-void rms_norm_rows_scalar(const NormJob& job, int64_t row_begin, int64_t row_end);
-void rms_norm_rows_avx512(const NormJob& job, int64_t row_begin, int64_t row_end);
 
 struct HeadRopeJob {
   Storage storage;
@@ -46,9 +90,6 @@ struct HeadRopeJob {
   float eps;
   int lanes;
 };
-// Rows are (token, head) pairs: row r is token r / heads.
-void head_norm_rope_rows_scalar(const HeadRopeJob& job, int64_t row_begin, int64_t row_end);
-void head_norm_rope_rows_avx512(const HeadRopeJob& job, int64_t row_begin, int64_t row_end);
 
 struct AttentionJob {
   Storage storage;
@@ -58,22 +99,31 @@ struct AttentionJob {
   float scale;  // 1/sqrt(head_dim) as ATen applies it: a float multiply after the dot
   void* out;
 };
-// One (sequence, kv head) pair: pair = b · kv_heads + g. scratch holds
-// group · visible floats.
-void attend_pair_scalar(const AttentionJob& job, int64_t pair, float* scratch);
-void attend_pair_avx512(const AttentionJob& job, int64_t pair, float* scratch);
 
-void silu_mul_scalar(Storage s, void* gate, const void* up, int64_t begin, int64_t end);
-void silu_mul_avx512(Storage s, void* gate, const void* up, int64_t begin, int64_t end);
-void add_into_scalar(Storage s, void* x, const void* add, int64_t begin, int64_t end);
-void add_into_avx512(Storage s, void* x, const void* add, int64_t begin, int64_t end);
+// Largest query-head group and head_dim the attention kernels support.
+constexpr int64_t kMaxGroup = 8;
+constexpr int64_t kMaxHeadDim = 256;
 
-// e^x by the polynomial both paths share (a port of it lane by lane is what
-// keeps Scalar and Avx512 equal): x clamped to [-87, 88], x = n·ln2 + r,
-// e^r by Taylor to r^7 in FMA Horner form, times 2^n.
-constexpr float kExpMin = -87.0f, kExpMax = 88.0f;
-constexpr float kLog2e = 1.44269504088896341f;
-constexpr float kLn2High = 0.693145751953125f, kLn2Low = 1.4286068203094172e-06f;
-constexpr float kExpTaylor[8] = {1.0f / 5040, 1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f};
+// One tier's versions of the kernels, each on a range of the work.
+struct DecodeKernels {
+  void (*rms_norm_rows)(const NormJob& job, int64_t row_begin, int64_t row_end);
+  // Rows are (token, head) pairs: row r is token r / heads.
+  void (*head_norm_rope_rows)(const HeadRopeJob& job, int64_t row_begin, int64_t row_end);
+  // One (sequence, kv head) pair: pair = b · kv_heads + g. scratch holds
+  // group · visible floats.
+  void (*attend_pair)(const AttentionJob& job, int64_t pair, float* scratch);
+  void (*silu_mul)(Storage s, void* gate, const void* up, int64_t begin, int64_t end);
+  void (*add_into)(Storage s, void* x, const void* add, int64_t begin, int64_t end);
+};
+
+// The kernels of `isa`'s tier (neon runs the portable ones). Throws
+// qvl::Error, naming `caller`, when this CPU cannot run that tier.
+const DecodeKernels& decode_kernels(Isa isa, const char* caller);
+
+extern const DecodeKernels kDecodePortable;
+#if QVL_X86
+extern const DecodeKernels kDecodeAvx2;    // entered only when the CPU has AVX2+FMA+F16C
+extern const DecodeKernels kDecodeAvx512;  // entered only when the CPU has AVX-512 F+BW+VL+DQ
+#endif
 
 }  // namespace qvl::kernels::decode_detail

@@ -1,9 +1,11 @@
-// Internal to lib/qvl/kernels: the per-ISA row kernels and the data layouts
-// they share with the portable code.
+// Internal to lib/qvl/kernels: the per-tier row kernels of the GEMVs and the
+// data layouts they share.
 //
-// The portable kernels copy the AVX-512 kernels' arithmetic lane by lane (16
-// float lanes, the same FMA order, the same final reduction), which is why
-// both give the same bits and the tests can demand equality.
+// The avx2 and avx512 kernels do the same arithmetic lane by lane (16 float
+// lanes: one 512-bit register, or two 256-bit ones; the same FMA order; the
+// same final reduction), which is why they give the same bits and the tests
+// can demand equality. The portable kernels keep the layout but multiply and
+// add separately where the baseline ISA has no FMA.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -16,11 +18,11 @@ constexpr int kLanes = 16;          // floats in a 512-bit register
 constexpr int64_t kBf16Chunk = 32;  // bf16 weights per 64-byte load
 constexpr int64_t kInt8Chunk = 64;  // int8 weights per 64-byte load
 
-// `static`: the AVX-512 files include this too, and an inline function
+// `static`: the per-tier files include this too, and an inline function
 // compiled with AVX-512 must never be the copy the linker keeps for others.
 static inline int64_t round_up(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
 
-// Sum of 16 lanes in a fixed pairwise order shared by every path.
+// Sum of 16 lanes in a fixed pairwise order shared by every tier.
 static inline float reduce_lanes(float* lanes) {
   for (int width = kLanes / 2; width >= 1; width /= 2)
     for (int i = 0; i < width; ++i) lanes[i] += lanes[i + width];
@@ -39,31 +41,39 @@ struct Bf16Job {
   int64_t batch;
   float* y;  // batch rows of `rows` floats
 };
-void bf16_fma_rows_scalar(const Bf16Job& job, int64_t row_begin, int64_t row_end);
+using Bf16RowsKernel = void (*)(const Bf16Job& job, int64_t row_begin, int64_t row_end);
+void bf16_fma_rows_generic(const Bf16Job& job, int64_t row_begin, int64_t row_end);
+// Entered only when their tier is active (the files exist only on x86).
+void bf16_fma_rows_avx2(const Bf16Job& job, int64_t row_begin, int64_t row_end);
 void bf16_fma_rows_avx512(const Bf16Job& job, int64_t row_begin, int64_t row_end);
-void bf16_dot_rows_avx512(const Bf16Job& job, int64_t row_begin, int64_t row_end);
+void bf16_dot_rows_avx512_bf16(const Bf16Job& job, int64_t row_begin, int64_t row_end);
 
 // One row range of an int8 GEMV, weights quantized per group of group_size
 // along a row (a multiple of 64; padded_cols is a multiple of group_size).
+// x is quantized per group to int8 too (xq in -127..127, x ≈ xq · x_scale),
+// so each group's dot product sum xq·q is an exact integer, whichever
+// instructions sum it; only the float accumulation of the groups, lane by
+// lane, has to follow one order for every tier to give the same bits.
+// Lane i of a 64-byte chunk sums its bytes 4i..4i+3 (as vpdpbusd does).
 struct Int8Job {
   const int8_t* w;
   const float* w_scales;  // rows × groups
   int64_t rows, padded_cols, group_size;
   int64_t batch;
-  // The exact-x kernels: x as floats, batch × padded_cols, zero-padded.
-  const float* x;
-  // The VNNI kernels: x quantized per group to int8 (xq, -127..127) and
-  // stored as the unsigned byte xq + 128, because vpdpbusd multiplies
-  // unsigned by signed bytes. Then sum (xq+128)·q = sum xq·q + 128·sum q, and
-  // the kernels subtract 128·sum q, summing q with one more vpdpbusd (by 1).
+  const int8_t* x_q;  // batch × padded_cols, zero past cols
+  // The VNNI kernel's x: xq + 128 as an unsigned byte, because vpdpbusd
+  // multiplies unsigned by signed bytes. Then sum (xq+128)·q = sum xq·q +
+  // 128·sum q, and the kernel subtracts 128·sum q, summing q with one more
+  // vpdpbusd (by 1). Filled only for that kernel.
   const uint8_t* x_biased;  // batch × padded_cols, 128 past cols
   const float* x_scales;    // batch × groups
   float* y;
 };
-void int8_float_rows_scalar(const Int8Job& job, int64_t row_begin, int64_t row_end);
-void int8_float_rows_avx512(const Int8Job& job, int64_t row_begin, int64_t row_end);
-void int8_vnni_rows_scalar(const Int8Job& job, int64_t row_begin, int64_t row_end);
-void int8_vnni_rows_avx512(const Int8Job& job, int64_t row_begin, int64_t row_end);
+using Int8RowsKernel = void (*)(const Int8Job& job, int64_t row_begin, int64_t row_end);
+void int8_rows_generic(const Int8Job& job, int64_t row_begin, int64_t row_end);
+// Entered only when their tier is active (the files exist only on x86).
+void int8_rows_avx2(const Int8Job& job, int64_t row_begin, int64_t row_end);
+void int8_rows_avx512_vnni(const Int8Job& job, int64_t row_begin, int64_t row_end);
 
 // In a block of R rows each row is its own memory stream. Hardware
 // prefetchers stop at page ends, and a 2048-wide bf16 row is one 4 KiB page,
@@ -82,8 +92,8 @@ static inline void prefetch_ahead(const T* const (&w)[R], int64_t k, int64_t col
 // Runs Kernel::block<N, R>(job, row) over rows [begin, end): blocks of
 // R = Kernel::rows_per_block(N) rows, then single rows, with the batch N =
 // job.batch a template argument so the loops over vectors and rows unroll.
-// Only the AVX-512 files instantiate it, with a Kernel of their own (in an
-// anonymous namespace, so nothing compiled with AVX-512 is shared).
+// Each file instantiates it with a Kernel of its own in an anonymous
+// namespace, so no instantiation compiled for one tier is shared with another.
 template <class Kernel, int N, class Job>
 void run_blocks_for_batch(const Job& job, int64_t begin, int64_t end) {
   constexpr int R = Kernel::rows_per_block(N);
@@ -105,6 +115,9 @@ void run_blocks(const Job& job, int64_t begin, int64_t end) {
     case 8: return run_blocks_for_batch<Kernel, 8>(job, begin, end);
   }
 }
+
+// Throws qvl::Error unless this CPU can run `isa`; `caller` names the API.
+void require_isa(Isa isa, const char* caller);
 
 // Runs fn(row_begin, row_end) over [0, rows), one contiguous piece per thread
 // of ATen's pool (at::get_num_threads()), each piece at least

@@ -1,6 +1,7 @@
-// bf16 GEMV: picks a code path, lays x out for it and splits rows across
-// threads. The portable kernel lives here too; the AVX-512 ones are in
-// gemv_avx512.cpp, the only file built with AVX-512 flags.
+// bf16 GEMV: picks the tier's kernel, lays x out for it and splits rows across
+// threads. The portable kernel lives here too; the others are in
+// gemv_avx2.cpp, gemv_avx512.cpp and gemv_avx512_bf16.cpp, each built with
+// its tier's flags.
 #include "qvl/kernels/gemv.h"
 
 #include <ATen/Parallel.h>
@@ -35,31 +36,13 @@ uint16_t float_to_bf16(float value) {
   return uint16_t((bits + round_to_even) >> 16);
 }
 
-bool cpu_has_avx512() { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"); }
-bool cpu_has_avx512_bf16() { return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16"); }
-bool cpu_has_avx512_vnni() { return cpu_has_avx512() && __builtin_cpu_supports("avx512vnni"); }
-
-bool path_supported(Bf16Path path) {
-  switch (path) {
-    case Bf16Path::Best:
-    case Bf16Path::Scalar: return true;
-    case Bf16Path::Avx512Fma: return cpu_has_avx512();
-    case Bf16Path::Avx512DotBf16: return cpu_has_avx512_bf16();
-  }
-  return false;
-}
-
-const char* path_name(Bf16Path path) {
-  switch (path) {
-    case Bf16Path::Best: return "best";
-    case Bf16Path::Scalar: return "scalar";
-    case Bf16Path::Avx512Fma: return "avx512-fma";
-    case Bf16Path::Avx512DotBf16: return "avx512-dpbf16";
-  }
-  return "?";
-}
-
 namespace detail {
+
+void require_isa(Isa isa, const char* caller) {
+  if (!isa_supported(isa))
+    throw Error(fmt::format("{}: this CPU cannot run the {} tier (it supports up to {})", caller, isa_name(isa),
+                            isa_name(best_isa())));
+}
 
 void for_row_ranges(int64_t rows, int64_t bytes_per_row, const std::function<void(int64_t, int64_t)>& fn) {
   // Waking a second thread costs a few microseconds: not worth it below ~64 KiB.
@@ -89,29 +72,50 @@ void for_row_ranges(int64_t rows, int64_t bytes_per_row, const std::function<voi
   if (error) std::rethrow_exception(error);
 }
 
-void bf16_fma_rows_scalar(const Bf16Job& job, int64_t row_begin, int64_t row_end) {
-  for (int64_t row = row_begin; row < row_end; ++row) {
-    const uint16_t* w = job.w + row * job.cols;
-    for (int64_t n = 0; n < job.batch; ++n) {
-      const float* x = job.x_split + n * job.padded_cols;
-      float lanes[kLanes] = {};
-      for (int64_t chunk = 0; chunk < job.padded_cols; chunk += kBf16Chunk) {
-        for (int i = 0; i < kLanes; ++i) {
-          const int64_t k = chunk + 2 * i;
-          const float w_even = k < job.cols ? bf16_to_float(w[k]) : 0.0f;
-          const float w_odd = k + 1 < job.cols ? bf16_to_float(w[k + 1]) : 0.0f;
-          lanes[i] = std::fma(w_even, x[chunk + i], lanes[i]);
-          lanes[i] = std::fma(w_odd, x[chunk + kLanes + i], lanes[i]);
-        }
-      }
-      job.y[n * job.rows + row] = reduce_lanes(lanes);
-    }
-  }
-}
-
 }  // namespace detail
 
 namespace {
+
+// The portable kernel: the FMA kernels' lane layout in plain arrays, written
+// so the compiler vectorizes every inner loop (SSE2, NEON). Multiply and add
+// are separate operations here unless the target fuses them (aarch64 does).
+struct GenericBf16Kernel {
+  // One row at a time: its chunk is widened once for all N vectors.
+  static constexpr int rows_per_block(int) { return 1; }
+
+  template <int N>
+  static void add_chunk(const Bf16Job& job, const uint16_t* chunk, int64_t k, float (&lanes)[N][kLanes]) {
+    uint32_t packed[kLanes], even_bits[kLanes], odd_bits[kLanes];
+    std::memcpy(packed, chunk, sizeof packed);
+    for (int i = 0; i < kLanes; ++i) {
+      even_bits[i] = packed[i] << 16;
+      odd_bits[i] = packed[i] & 0xffff0000u;
+    }
+    float even[kLanes], odd[kLanes];
+    std::memcpy(even, even_bits, sizeof even);
+    std::memcpy(odd, odd_bits, sizeof odd);
+    for (int n = 0; n < N; ++n) {
+      const float* x = job.x_split + n * job.padded_cols + k;
+      for (int i = 0; i < kLanes; ++i) lanes[n][i] = even[i] * x[i] + lanes[n][i];
+      for (int i = 0; i < kLanes; ++i) lanes[n][i] = odd[i] * x[kLanes + i] + lanes[n][i];
+    }
+  }
+
+  template <int N, int R>
+  static void block(const Bf16Job& job, int64_t row) {
+    static_assert(R == 1);
+    const uint16_t* w = job.w + row * job.cols;
+    float lanes[N][kLanes] = {};
+    int64_t k = 0;
+    for (; k + kBf16Chunk <= job.cols; k += kBf16Chunk) add_chunk<N>(job, w + k, k, lanes);
+    if (k < job.cols) {
+      uint16_t tail[kBf16Chunk] = {};  // zero weights past the row's end
+      std::copy(w + k, w + job.cols, tail);
+      add_chunk<N>(job, tail, k, lanes);
+    }
+    for (int n = 0; n < N; ++n) job.y[n * job.rows + row] = reduce_lanes(lanes[n]);
+  }
+};
 
 // Per calling thread, so concurrent GEMVs from different threads do not share.
 thread_local std::vector<float> x_split_buffer;
@@ -125,16 +129,35 @@ void split_even_odd(const float* x, int64_t cols, int64_t padded_cols, float* ou
   }
 }
 
+// Whether gemv_bf16 runs avx512's dot-product kernel (see gemv.h).
+bool uses_dot_product(Isa isa, bool x_is_bf16) {
+  return QVL_X86 && x_is_bf16 && isa == Isa::Avx512 && cpu_features().avx512_bf16;
+}
+
+Bf16RowsKernel kernel_for(Isa isa, bool dot_product) {
+#if QVL_X86
+  if (dot_product) return bf16_dot_rows_avx512_bf16;
+  if (isa == Isa::Avx512) return bf16_fma_rows_avx512;
+  if (isa == Isa::Avx2) return bf16_fma_rows_avx2;
+#endif
+  (void)isa, (void)dot_product;
+  return bf16_fma_rows_generic;
+}
+
 }  // namespace
 
-void gemv_bf16(const Bf16Matrix& w, const float* x, float* y, int64_t batch, Bf16Path path) {
+namespace detail {
+void bf16_fma_rows_generic(const Bf16Job& job, int64_t begin, int64_t end) {
+  run_blocks<GenericBf16Kernel>(job, begin, end);
+}
+}  // namespace detail
+
+void gemv_bf16(const Bf16Matrix& w, const float* x, float* y, int64_t batch, Isa isa, bool x_is_bf16) {
   if (batch < 1 || batch > kMaxBatch)
     throw Error(fmt::format("gemv_bf16: batch {} is outside 1..{}", batch, kMaxBatch));
   if (w.rows < 0 || w.cols < 0 || (w.data == nullptr && w.rows * w.cols > 0))
     throw Error(fmt::format("gemv_bf16: bad matrix {}x{}", w.rows, w.cols));
-  if (path == Bf16Path::Best) path = cpu_has_avx512() ? Bf16Path::Avx512Fma : Bf16Path::Scalar;
-  if (!path_supported(path))
-    throw Error(fmt::format("gemv_bf16: this CPU cannot run the {} path", path_name(path)));
+  require_isa(isa, "gemv_bf16");
   if (w.rows == 0) return;
 
   Bf16Job job{};
@@ -144,21 +167,20 @@ void gemv_bf16(const Bf16Matrix& w, const float* x, float* y, int64_t batch, Bf1
   job.padded_cols = round_up(w.cols, kBf16Chunk);
   job.batch = batch;
   job.y = y;
-  void (*rows_kernel)(const Bf16Job&, int64_t, int64_t) = nullptr;
-  if (path == Bf16Path::Avx512DotBf16) {
+  const bool dot_product = uses_dot_product(isa, x_is_bf16);
+  if (dot_product) {
     x_bf16_buffer.assign(size_t(batch * job.padded_cols), 0);
     for (int64_t n = 0; n < batch; ++n)
       for (int64_t k = 0; k < w.cols; ++k)
         x_bf16_buffer[size_t(n * job.padded_cols + k)] = float_to_bf16(x[n * w.cols + k]);
     job.x_bf16 = x_bf16_buffer.data();
-    rows_kernel = bf16_dot_rows_avx512;
   } else {
     x_split_buffer.resize(size_t(batch * job.padded_cols));
     for (int64_t n = 0; n < batch; ++n)
       split_even_odd(x + n * w.cols, w.cols, job.padded_cols, x_split_buffer.data() + n * job.padded_cols);
     job.x_split = x_split_buffer.data();
-    rows_kernel = path == Bf16Path::Avx512Fma ? bf16_fma_rows_avx512 : bf16_fma_rows_scalar;
   }
+  const Bf16RowsKernel rows_kernel = kernel_for(isa, dot_product);
   for_row_ranges(w.rows, w.cols * 2, [&](int64_t begin, int64_t end) { rows_kernel(job, begin, end); });
 }
 

@@ -4,9 +4,13 @@
 // speed; x and y stay float32 so W·x is as exact as float32 accumulation allows.
 //
 // Rows are split across ATen's thread pool (at::set_num_threads applies).
-// Every code path gives results that do not depend on the thread count.
+// Results do not depend on the thread count. The avx2 and avx512 tiers
+// (kernels/cpu.h) give the same bits; the portable code (generic, neon) rounds
+// a little differently where the CPU has no fused multiply-add.
 #pragma once
 #include <cstdint>
+
+#include "qvl/kernels/cpu.h"
 
 namespace qvl::kernels {
 
@@ -20,27 +24,17 @@ struct Bf16Matrix {
   int64_t cols = 0;
 };
 
-// Which code does the arithmetic.
-enum class Bf16Path {
-  Best,          // Avx512Fma when the CPU has AVX-512F, else Scalar
-  Scalar,        // portable C++; the same bits as Avx512Fma
-  Avx512Fma,     // bf16 -> f32 by shifting, float32 FMA: x is used exactly
-  Avx512DotBf16, // _mm512_dpbf16_ps: x is rounded to bf16 first (less exact)
-};
-
-bool cpu_has_avx512();      // AVX-512 F + BW
-bool cpu_has_avx512_bf16(); // and AVX512-BF16
-bool cpu_has_avx512_vnni(); // and AVX512-VNNI
-// Whether `path` can run here (Best and Scalar always can).
-bool path_supported(Bf16Path path);
-const char* path_name(Bf16Path path);
-
 // Y[n, m] = sum_k X[n, k] · W[m, k] for n < batch (1..kMaxBatch).
 // x holds batch rows of w.cols floats, y batch rows of w.rows floats; they
-// must not overlap.
-// Throws qvl::Error on a bad batch or a path this CPU cannot run.
-void gemv_bf16(const Bf16Matrix& w, const float* x, float* y, int64_t batch = 1,
-               Bf16Path path = Bf16Path::Best);
+// must not overlap. `isa`: the tier whose code runs.
+// x_is_bf16: the caller promises every x value is a bf16 value (e.g. widened
+// bf16 activations). Then, on the avx512 tier of a CPU with AVX512-BF16, the
+// dot-product instruction does two multiply-adds per lane at once, which
+// matters once a batch makes the GEMV compute-bound. Its bits differ from the
+// FMA kernels' (it adds each pair in its own order and flushes denormals).
+// Throws qvl::Error on a bad batch or matrix, or a tier this CPU cannot run.
+void gemv_bf16(const Bf16Matrix& w, const float* x, float* y, int64_t batch = 1, Isa isa = active_isa(),
+               bool x_is_bf16 = false);
 
 // bfloat16 <-> float32 conversions (round to nearest even; NaN stays NaN).
 float bf16_to_float(uint16_t bits);

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "qvl/kernels/cpu.h"
 #include "qvl/kernels/dequant.h"
+#include "qvl/kernels/detail.h"
 #include "qvl/kernels/gemv.h"
 
 namespace qvl::kernels {
@@ -12,13 +14,20 @@ namespace {
 // holds any one projection of the 2B model; the tied lm_head goes in blocks.
 constexpr int64_t kDequantBlockElements = int64_t(1) << 24;
 
+// Weights widened to float32 per block and thread: 1 Mi floats (4 MB) stay in
+// cache while OpenBLAS multiplies them, and no block costs much memory.
+constexpr int64_t kWidenBlockElements = int64_t(1) << 20;
+
 // A few rows against bf16 weights (decode steps, small batches): the weights
-// dominate the cost, so stream them once with the AVX-512 GEMV, which reaches
-// the memory bandwidth where oneDNN's matmul gets about a third of it.
+// dominate the cost, so stream them once with the GEMV, which reaches the
+// memory bandwidth where a matmul library gets a fraction of it.
 bool use_bf16_gemv(const at::Tensor& x, const at::Tensor& weight) {
   return x.size(0) <= kBf16GemvMaxRows && weight.scalar_type() == at::kBFloat16 && weight.is_contiguous() &&
-         weight.dim() == 2 && cpu_has_avx512();
+         weight.dim() == 2;
 }
+
+// Whether a matmul in `dtype` must be done in float32 instead (see linear.h).
+bool widen_to_float(at::ScalarType dtype) { return dtype == at::kBFloat16 && !aten_bf16_matmul_is_fast(); }
 
 // The GEMVs take and give float32 rows, at most kMaxBatch per call: longer
 // inputs go through in pieces (each piece reads the weights once more). out
@@ -36,6 +45,44 @@ void gemv_into(at::Tensor& out, const at::Tensor& x, int64_t out_features, Gemv 
   if (!direct) out.copy_(yf);
 }
 
+// out = x · Wᵀ (+ bias) in float32, for weights that are not float32: each
+// thread takes a share of W's rows (= out's columns) and, a block at a time,
+// has `widen(first_row, dense)` write them as floats into `dense` [n, in],
+// then multiplies the block with OpenBLAS on that thread. One team of
+// threads, the same OpenMP team every other kernel uses: OpenBLAS's own
+// threads would spin against it (bf16 sessions keep OpenBLAS at one thread).
+// The bias is added in float32 before the one rounding to out's dtype.
+template <class Widen>
+void widened_linear(at::Tensor& out, const at::Tensor& x, int64_t out_features, const at::Tensor& bias,
+                    Widen widen) {
+  const int64_t rows = x.size(0), in_features = x.size(1);
+  const at::Tensor xf = x.to(at::kFloat).contiguous();
+  const at::Tensor bias_f = bias.defined() ? bias.to(at::kFloat) : at::Tensor();
+  const bool direct = out.scalar_type() == at::kFloat && out.is_contiguous();
+  at::Tensor yf = direct ? out : at::empty({rows, out_features}, at::kFloat);
+  const int64_t block = std::clamp<int64_t>(kWidenBlockElements / std::max<int64_t>(1, in_features), 16, 1024);
+  detail::for_row_ranges(out_features, in_features * rows, [&](int64_t begin, int64_t end) {
+    // Grad mode is per thread: the caller's no-grad does not reach OpenMP's
+    // workers, and a weight that requires grad (a TorchScript parameter)
+    // would make the out= matmul refuse to run.
+    at::NoGradGuard no_grad;
+    at::Tensor dense = at::empty({std::min(block, end - begin), in_features}, at::kFloat);
+    for (int64_t first = begin; first < end; first += block) {
+      const int64_t n = std::min(block, end - first);
+      at::Tensor w = dense.narrow(0, 0, n);
+      widen(first, w);
+      at::Tensor y = yf.narrow(1, first, n);  // rows `out_features` apart: OpenBLAS writes it in place
+      if (bias_f.defined()) {
+        y.copy_(bias_f.narrow(0, first, n).expand({rows, n}));
+        at::addmm_out(y, y, xf, w.t());
+      } else {
+        at::mm_out(y, xf, w.t());
+      }
+    }
+  });
+  if (!direct) out.copy_(yf);
+}
+
 // Dense view of `rows` × `cols` elements of x's dtype at the start of scratch.
 at::Tensor scratch_matrix(at::Tensor& scratch, int64_t rows, int64_t cols, at::ScalarType dtype) {
   if (!scratch.defined() || scratch.scalar_type() != dtype || scratch.numel() < rows * cols)
@@ -43,6 +90,8 @@ at::Tensor scratch_matrix(at::Tensor& scratch, int64_t rows, int64_t cols, at::S
   return scratch.narrow(0, 0, rows * cols).view({rows, cols});
 }
 
+// Long inputs against int8 weights on the avx512 tier: dequantize a block of
+// weight rows to x's dtype and let ATen (oneDNN for bf16) multiply.
 void int8_matmul_into(at::Tensor& out, const at::Tensor& x, const Int8Matrix& w, at::Tensor& scratch) {
   const at::ScalarType dtype = x.scalar_type() == at::kFloat ? at::kFloat : at::kBFloat16;
   const at::Tensor input = x.to(dtype);
@@ -59,31 +108,44 @@ void int8_matmul_into(at::Tensor& out, const at::Tensor& x, const Int8Matrix& w,
   }
 }
 
-// bf16 activations lose nothing when the dot-product instruction rounds them
-// to bf16, and it does twice the multiply-adds per instruction of the FMA
-// path, which matters once a batch makes the GEMV compute-bound.
-Bf16Path bf16_path_for(const at::Tensor& x) {
-  return x.scalar_type() == at::kBFloat16 && cpu_has_avx512_bf16() ? Bf16Path::Avx512DotBf16 : Bf16Path::Best;
-}
-
 }  // namespace
 
 void linear_into(at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   if (use_bf16_gemv(x, weight)) {
-    const Bf16Path path = bf16_path_for(x);
+    // bf16 activations lose nothing when the avx512 tier's dot-product
+    // instruction rounds x to bf16, and it does twice the multiply-adds of
+    // the FMA kernel, which matters once a batch makes the GEMV compute-bound.
+    const bool x_is_bf16 = x.scalar_type() == at::kBFloat16;
     gemv_into(out, x, weight.size(0), [&](const float* xf, float* yf, int64_t rows) {
       gemv_bf16(Bf16Matrix{static_cast<const uint16_t*>(weight.data_ptr()), weight.size(0), weight.size(1)}, xf, yf,
-                rows, path);
+                rows, active_isa(), x_is_bf16);
     });
+  } else if (widen_to_float(weight.scalar_type()) && weight.is_contiguous() && weight.dim() == 2) {
+    widened_linear(out, x, weight.size(0), bias, [&](int64_t first, at::Tensor& dense) {
+      dense.copy_(weight.narrow(0, first, dense.size(0)));
+    });
+    return;  // the bias is in already
   } else if (x.size(0) == 1 && x.scalar_type() == at::kFloat) {
     // A single float32 row (a decode step): OpenBLAS sgemm repacks the whole
     // weight on every call, gemv reads it once and runs 2-4x faster.
     at::Tensor row = out.select(0, 0);
     at::mv_out(row, weight, x.select(0, 0));
   } else {
-    at::mm_out(out, x, weight.t());
+    // addmm rounds x·Wᵀ + b once, as at::linear (and so the reference) does.
+    if (bias.defined()) {
+      at::addmm_out(out, bias, x, weight.t());
+    } else {
+      at::mm_out(out, x, weight.t());
+    }
+    return;
   }
   if (bias.defined()) out.add_(bias);
+}
+
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  at::Tensor out = at::empty({x.size(0), weight.size(0)}, x.options());
+  linear_into(out, x, weight, bias);
+  return out;
 }
 
 void linear_into(at::Tensor& out, const at::Tensor& x, const LinearWeight& weight, const at::Tensor& bias,
@@ -92,10 +154,31 @@ void linear_into(at::Tensor& out, const at::Tensor& x, const LinearWeight& weigh
   const Int8Matrix& w = *weight.int8;
   if (x.size(0) <= kInt8GemvMaxRows) {
     gemv_into(out, x, w.rows, [&](const float* xf, float* yf, int64_t rows) { gemv_int8(w, xf, yf, rows); });
+  } else if (x.scalar_type() != at::kFloat && !aten_bf16_matmul_is_fast()) {
+    widened_linear(out, x, w.rows, bias, [&](int64_t first, at::Tensor& dense) { dequantize_rows_into(w, first, dense); });
+    return;  // the bias is in already
   } else {
     int8_matmul_into(out, x, w, scratch);
   }
   if (bias.defined()) out.add_(bias);
+}
+
+void matmul_into(at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
+  if (widen_to_float(a.scalar_type())) {
+    const at::Tensor af = a.to(at::kFloat), bf = b.to(at::kFloat);
+    out.copy_(a.dim() == 2 ? at::mm(af, bf) : at::bmm(af, bf));
+  } else if (a.dim() == 2) {
+    at::mm_out(out, a, b);
+  } else {
+    at::bmm_out(out, a, b);
+  }
+}
+
+at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) {
+  at::Tensor out = a.dim() == 2 ? at::empty({a.size(0), b.size(1)}, a.options())
+                                : at::empty({a.size(0), a.size(1), b.size(2)}, a.options());
+  kernels::matmul_into(out, a, b);
+  return out;
 }
 
 }  // namespace qvl::kernels

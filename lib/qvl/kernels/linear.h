@@ -1,5 +1,13 @@
-// y = x · Wᵀ (+ b) into a preallocated output, taking the fastest libtorch 1.13
-// route for the shape and dtype on CPU. The decoder's one seam for matmuls.
+// Every matmul of qvl goes through here: y = x · Wᵀ (+ b) and the attention
+// products, taking the fastest route for the shape, dtype and CPU tier
+// (kernels/cpu.h):
+//   - a few rows against bf16 or int8 weights: qvl's GEMVs (every tier);
+//   - bf16 on the avx512 tier: ATen, which sends bf16 matmuls to oneDNN;
+//   - bf16 on any other tier: float32 through OpenBLAS, the bf16 operands
+//     widened a block at a time (ATen's own bf16 matmul, all that libtorch 1.13
+//     has for bf16 without AVX-512, runs at ~1 GFLOP/s), so no float32 copy
+//     of the weights ever exists whole;
+//   - float32: ATen (OpenBLAS).
 #pragma once
 #include <ATen/ATen.h>
 
@@ -30,6 +38,14 @@ constexpr int64_t kInt8GemvMaxRows = 4 * kMaxBatch;
 
 // x [L, in], weight [out, in], bias [out] or undefined, out [L, out] (contiguous).
 void linear_into(at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
+// The same into a new tensor of x's dtype.
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
+
+// a [n, k] · b [k, m] (or batched: [B, n, k] · [B, k, m]) in a's dtype; a and b
+// share a dtype. For attention, where both operands are activations.
+at::Tensor matmul(const at::Tensor& a, const at::Tensor& b);
+// The same into out ([n, m] or [B, n, m], out's dtype = a's, may be a strided view).
+void matmul_into(at::Tensor& out, const at::Tensor& a, const at::Tensor& b);
 
 // The same for either kind of weight. Int8 weights run gemv_int8 for short
 // inputs (decode steps, batches, short follow-up prompts: up to

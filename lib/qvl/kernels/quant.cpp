@@ -1,5 +1,6 @@
 // Int8 weights: quantizing, dequantizing, and the GEMV's dispatch, x
-// preparation and portable kernels (the AVX-512 ones are in quant_avx512.cpp).
+// preparation and portable kernel (the others are in quant_avx2.cpp and
+// quant_avx512_vnni.cpp, each built with its tier's flags).
 #include "qvl/kernels/quant.h"
 
 #include <fmt/core.h>
@@ -82,77 +83,65 @@ void dequantize_int8(const Int8Matrix& w, float* out) {
           float(w.weights[row * w.padded_cols + k]) * w.scales[row * w.groups() + k / w.group_size];
 }
 
-bool path_supported(Int8Path path) {
-  switch (path) {
-    case Int8Path::Best:
-    case Int8Path::FloatXScalar:
-    case Int8Path::Int8XScalar: return true;
-    case Int8Path::FloatXAvx512: return cpu_has_avx512();
-    case Int8Path::Int8XVnni: return cpu_has_avx512_vnni();
-  }
-  return false;
-}
-
-const char* path_name(Int8Path path) {
-  switch (path) {
-    case Int8Path::Best: return "best";
-    case Int8Path::FloatXScalar: return "float-x-scalar";
-    case Int8Path::FloatXAvx512: return "float-x-avx512";
-    case Int8Path::Int8XScalar: return "int8-x-scalar";
-    case Int8Path::Int8XVnni: return "int8-x-vnni";
-  }
-  return "?";
-}
-
-namespace detail {
-
-void int8_float_rows_scalar(const Int8Job& job, int64_t row_begin, int64_t row_end) {
-  const int64_t groups = job.padded_cols / job.group_size;
-  for (int64_t row = row_begin; row < row_end; ++row) {
-    const int8_t* w = job.w + row * job.padded_cols;
-    for (int64_t n = 0; n < job.batch; ++n) {
-      const float* x = job.x + n * job.padded_cols;
-      float lanes[kLanes] = {};
-      for (int64_t k = 0; k < job.padded_cols; k += kLanes) {
-        const float scale = job.w_scales[row * groups + k / job.group_size];
-        for (int i = 0; i < kLanes; ++i) lanes[i] = std::fma(float(w[k + i]) * scale, x[k + i], lanes[i]);
-      }
-      job.y[n * job.rows + row] = reduce_lanes(lanes);
-    }
-  }
-}
-
-void int8_vnni_rows_scalar(const Int8Job& job, int64_t row_begin, int64_t row_end) {
-  const int64_t groups = job.padded_cols / job.group_size;
-  for (int64_t row = row_begin; row < row_end; ++row) {
-    const int8_t* w = job.w + row * job.padded_cols;
-    for (int64_t n = 0; n < job.batch; ++n) {
-      const uint8_t* x_biased = job.x_biased + n * job.padded_cols;
-      float lanes[kLanes] = {};
-      for (int64_t g = 0; g < groups; ++g) {
-        // As vpdpbusd sums: lane i of a 64-byte chunk gets elements 4i..4i+3.
-        int32_t dot[kLanes] = {};
-        for (int64_t k = g * job.group_size; k < (g + 1) * job.group_size; ++k)
-          dot[k % kInt8Chunk / 4] += (int32_t(x_biased[k]) - 128) * int32_t(w[k]);
-        const float scale = job.w_scales[row * groups + g] * job.x_scales[n * groups + g];
-        for (int i = 0; i < kLanes; ++i) lanes[i] = std::fma(float(dot[i]), scale, lanes[i]);
-      }
-      job.y[n * job.rows + row] = reduce_lanes(lanes);
-    }
-  }
-}
-
-}  // namespace detail
-
 namespace {
 
-thread_local std::vector<float> x_padded_buffer;
+// The portable kernel, written so the compiler vectorizes its inner loops
+// (SSE2, NEON). The integer dot products are exact whatever their order, so
+// it differs from the avx2/avx512 kernels only where the float accumulation
+// multiplies and adds separately (targets without FMA).
+struct GenericInt8Kernel {
+  // One row at a time: its chunk is read once for all N vectors.
+  static constexpr int rows_per_block(int) { return 1; }
+
+  template <int N, int R>
+  static void block(const Int8Job& job, int64_t row) {
+    static_assert(R == 1);
+    const int64_t groups = job.padded_cols / job.group_size;
+    const int8_t* w = job.w + row * job.padded_cols;
+    float lanes[N][kLanes] = {};
+    for (int64_t g = 0; g < groups; ++g) {
+      int32_t dot[N][kLanes] = {};
+      const int64_t group_end = (g + 1) * job.group_size;
+      for (int64_t k = g * job.group_size; k < group_end; k += kInt8Chunk) {
+        const int8_t* chunk = w + k;
+        for (int n = 0; n < N; ++n) {
+          const int8_t* x = job.x_q + n * job.padded_cols + k;
+          // Lane i sums bytes 4i..4i+3: a stride-4 pattern that aarch64
+          // vectorizes with de-interleaving loads (measured faster than
+          // summing per byte and folding, on x86 too).
+          for (int i = 0; i < kLanes; ++i) {
+            int32_t sum = 0;
+            for (int j = 0; j < 4; ++j) sum += int16_t(x[4 * i + j]) * int16_t(chunk[4 * i + j]);
+            dot[n][i] += sum;
+          }
+        }
+      }
+      const float w_scale = job.w_scales[row * groups + g];
+      for (int n = 0; n < N; ++n) {
+        const float scale = w_scale * job.x_scales[n * groups + g];
+        for (int i = 0; i < kLanes; ++i) lanes[n][i] = float(dot[n][i]) * scale + lanes[n][i];
+      }
+    }
+    for (int n = 0; n < N; ++n) job.y[n * job.rows + row] = reduce_lanes(lanes[n]);
+  }
+};
+
+thread_local std::vector<int8_t> x_q_buffer;
 thread_local std::vector<uint8_t> x_biased_buffer;
 thread_local std::vector<float> x_scales_buffer;
 
-// Symmetric per-group int8 of x, stored biased by 128 (see Int8Job).
-void quantize_x(const float* x, const Int8Matrix& w, uint8_t* x_biased, float* x_scales) {
-  std::fill(x_biased, x_biased + w.padded_cols, uint8_t(128));
+// v rounded to the nearest integer, ties to even, as std::nearbyint rounds in
+// the default mode, for |v| < 2^22: adding 1.5 · 2^23 leaves no fraction bits.
+// std::nearbyint is a libm call per element on baseline x86-64 (no SSE4.1),
+// which cost a few percent of a whole GEMV here; this vectorizes.
+inline float round_half_even(float v) {
+  constexpr float kShifter = 12582912.0f;  // 1.5 · 2^23
+  return (v + kShifter) - kShifter;
+}
+
+// Symmetric per-group int8 of x (zero past cols).
+void quantize_x(const float* x, const Int8Matrix& w, int8_t* x_q, float* x_scales) {
+  std::fill(x_q, x_q + w.padded_cols, int8_t(0));
   for (int64_t g = 0; g < w.groups(); ++g) {
     const int64_t first = g * w.group_size, last = std::min(first + w.group_size, w.cols);
     float max_abs = 0.0f;
@@ -160,20 +149,39 @@ void quantize_x(const float* x, const Int8Matrix& w, uint8_t* x_biased, float* x
     const float scale = max_abs / 127.0f;
     x_scales[g] = scale;
     if (scale == 0.0f) continue;
+    // x[k] / scale lies within ±127 give or take a rounding; the clamp takes
+    // the rest (and a NaN or infinite x, whose group is lost anyway).
     for (int64_t k = first; k < last; ++k)
-      x_biased[k] = uint8_t(int(std::clamp(std::nearbyint(x[k] / scale), -127.0f, 127.0f)) + 128);
+      x_q[k] = int8_t(std::clamp(round_half_even(x[k] / scale), -127.0f, 127.0f));
   }
+}
+
+bool use_vnni(Isa isa) { return QVL_X86 && isa == Isa::Avx512 && cpu_features().avx512_vnni; }
+
+Int8RowsKernel kernel_for(Isa isa) {
+#if QVL_X86
+  if (use_vnni(isa)) return int8_rows_avx512_vnni;
+  // AVX-512 without VNNI (Skylake-SP/X): AVX-512BW has no byte sign
+  // instruction, so the avx2 kernel it is.
+  if (isa == Isa::Avx512 || isa == Isa::Avx2) return int8_rows_avx2;
+#endif
+  (void)isa;
+  return int8_rows_generic;
 }
 
 }  // namespace
 
-void gemv_int8(const Int8Matrix& w, const float* x, float* y, int64_t batch, Int8Path path) {
+namespace detail {
+void int8_rows_generic(const Int8Job& job, int64_t begin, int64_t end) {
+  run_blocks<GenericInt8Kernel>(job, begin, end);
+}
+}  // namespace detail
+
+void gemv_int8(const Int8Matrix& w, const float* x, float* y, int64_t batch, Isa isa) {
   if (batch < 1 || batch > kMaxBatch)
     throw Error(fmt::format("gemv_int8: batch {} is outside 1..{}", batch, kMaxBatch));
   validate_int8_layout(w, "gemv_int8");
-  if (path == Int8Path::Best) path = cpu_has_avx512_vnni() ? Int8Path::Int8XVnni : Int8Path::Int8XScalar;
-  if (!path_supported(path))
-    throw Error(fmt::format("gemv_int8: this CPU cannot run the {} path", path_name(path)));
+  require_isa(isa, "gemv_int8");
   if (w.rows == 0) return;
 
   Int8Job job{};
@@ -184,22 +192,20 @@ void gemv_int8(const Int8Matrix& w, const float* x, float* y, int64_t batch, Int
   job.group_size = w.group_size;
   job.batch = batch;
   job.y = y;
-  void (*rows_kernel)(const Int8Job&, int64_t, int64_t) = nullptr;
-  if (path == Int8Path::FloatXScalar || path == Int8Path::FloatXAvx512) {
-    x_padded_buffer.assign(size_t(batch * w.padded_cols), 0.0f);
-    for (int64_t n = 0; n < batch; ++n)
-      std::copy(x + n * w.cols, x + (n + 1) * w.cols, x_padded_buffer.begin() + n * w.padded_cols);
-    job.x = x_padded_buffer.data();
-    rows_kernel = path == Int8Path::FloatXAvx512 ? int8_float_rows_avx512 : int8_float_rows_scalar;
-  } else {
-    x_biased_buffer.resize(size_t(batch * w.padded_cols));
-    x_scales_buffer.resize(size_t(batch * w.groups()));
-    for (int64_t n = 0; n < batch; ++n)
-      quantize_x(x + n * w.cols, w, x_biased_buffer.data() + n * w.padded_cols, x_scales_buffer.data() + n * w.groups());
+  const size_t x_bytes = size_t(batch * w.padded_cols);
+  x_q_buffer.resize(x_bytes);
+  x_scales_buffer.resize(size_t(batch * w.groups()));
+  for (int64_t n = 0; n < batch; ++n)
+    quantize_x(x + n * w.cols, w, x_q_buffer.data() + n * w.padded_cols, x_scales_buffer.data() + n * w.groups());
+  job.x_q = x_q_buffer.data();
+  job.x_scales = x_scales_buffer.data();
+  if (use_vnni(isa)) {
+    // xq + 128 wraps to the byte xq ^ 0x80.
+    x_biased_buffer.resize(x_bytes);
+    for (size_t i = 0; i < x_bytes; ++i) x_biased_buffer[i] = uint8_t(x_q_buffer[i]) ^ 0x80u;
     job.x_biased = x_biased_buffer.data();
-    job.x_scales = x_scales_buffer.data();
-    rows_kernel = path == Int8Path::Int8XVnni ? int8_vnni_rows_avx512 : int8_vnni_rows_scalar;
   }
+  const Int8RowsKernel rows_kernel = kernel_for(isa);
   for_row_ranges(w.rows, w.padded_cols, [&](int64_t begin, int64_t end) { rows_kernel(job, begin, end); });
 }
 

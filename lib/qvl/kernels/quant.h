@@ -54,19 +54,14 @@ QuantizedMatrix quantize_int8(const Bf16Matrix& w, int64_t group_size);
 // out: rows × cols floats, q · scale.
 void dequantize_int8(const Int8Matrix& w, float* out);
 
-enum class Int8Path {
-  Best,            // Int8XVnni when the CPU has AVX512-VNNI, else Int8XScalar
-  FloatXScalar,    // portable; the same bits as FloatXAvx512
-  FloatXAvx512,    // weights dequantized to float (q · scale), FMA with x as given
-  Int8XScalar,     // portable; the same bits as Int8XVnni
-  Int8XVnni,       // x quantized per group to int8 too, integer dot products
-};
-bool path_supported(Int8Path path);
-const char* path_name(Int8Path path);
-
 // Y[n, m] = sum_k X[n, k] · dequantized W[m, k] for n < batch (1..kMaxBatch).
 // x: batch rows of w.cols floats; y: batch rows of w.rows floats.
-void gemv_int8(const Int8Matrix& w, const float* x, float* y, int64_t batch = 1,
-               Int8Path path = Int8Path::Best);
+// x is quantized per group to int8 as well (scale max|x| / 127), so the dot
+// products are exact integers: each x_k moves by at most its group's
+// max|x| / 254. `isa`: the tier whose code runs (on the avx512 tier, the
+// VNNI kernel where the CPU has AVX512-VNNI, else the avx2 one). The avx2 and
+// avx512 tiers give the same bits. Throws qvl::Error on a bad batch or
+// layout, or a tier this CPU cannot run.
+void gemv_int8(const Int8Matrix& w, const float* x, float* y, int64_t batch = 1, Isa isa = active_isa());
 
 }  // namespace qvl::kernels

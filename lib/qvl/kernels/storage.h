@@ -1,23 +1,16 @@
 // What the element-wise kernels (vision_ops.h, decode_ops.h) share: the two
-// activation storages, the choice of code path, and scalar access to one
-// element for the portable paths.
+// activation storages, the tier that does the arithmetic (kernels/cpu.h), and
+// scalar access to one element for the portable code.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
+#include "qvl/kernels/cpu.h"   // Isa, active_isa
 #include "qvl/kernels/gemv.h"  // bf16_to_float, float_to_bf16
 
 namespace qvl::kernels {
 
 enum class Storage { F32, BF16 };
-
-// Which code does the arithmetic.
-enum class VecPath {
-  Best,    // Avx512 when the CPU has AVX-512 F+BW+BF16, else Scalar
-  Scalar,  // portable C++
-  Avx512,  // intrinsics (a polynomial exp where one is needed)
-};
-bool vec_path_supported(VecPath path);
 
 // `static`: an AVX-512 file including this must never provide the copy
 // other files link to.

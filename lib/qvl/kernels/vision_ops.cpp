@@ -1,15 +1,17 @@
-// Dispatch, threading and the portable versions of the vision kernels.
+// Dispatch, threading and the portable versions of the vision kernels (the
+// generic and neon tiers): the vector tiers' algorithms (16 lanes of partial
+// sums, the polynomial exp) in loops GCC vectorizes for the baseline ISA.
 #include "qvl/kernels/vision_ops.h"
 
 #include <ATen/Parallel.h>
 #include <fmt/core.h>
 
-#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "qvl/error.h"
-#include "qvl/kernels/gemv.h"
+#include "qvl/kernels/simd_portable.h"
 #include "qvl/kernels/vision_ops_detail.h"
 
 namespace qvl::kernels {
@@ -18,142 +20,182 @@ using namespace vision_detail;
 
 namespace {
 
-bool use_avx512(VecPath path) {
-  if (!vec_path_supported(path))
-    throw Error("vision kernels: the AVX-512 path was asked for but this CPU lacks AVX-512 F/BW/BF16");
-  return path == VecPath::Avx512 || (path == VecPath::Best && vec_path_supported(VecPath::Avx512));
-}
+using namespace simd_portable;
 
 // Grain sizes: below these a second thread costs more than it saves.
 constexpr int64_t kRowGrain = 16;
 constexpr int64_t kElementGrain = 1 << 15;
 
-}  // namespace
-
-bool vec_path_supported(VecPath path) {
-  if (path != VecPath::Avx512) return true;
-  static const bool has = cpu_has_avx512_bf16();
-  return has;
-}
-
-namespace vision_detail {
-
-void add_layer_norm_rows_scalar(const NormJob& job, int64_t row_begin, int64_t row_end) {
-  const Storage s = job.storage;
+template <class T>
+void add_layer_norm_rows(const NormJob& job, int64_t row_begin, int64_t row_end) {
+  const int64_t cols = job.cols, full = cols / kLanes * kLanes;
   for (int64_t r = row_begin; r < row_end; ++r) {
-    const int64_t base = r * job.cols;
-    double sum = 0;
-    for (int64_t c = 0; c < job.cols; ++c) {
-      float v = load_at(s, job.x, base + c);
-      if (job.add) {
-        v = round_to(s, v + load_at(s, job.add, base + c));
-        store_at(s, job.x, base + c, v);
+    T* x = static_cast<T*>(job.x) + r * cols;
+    const T* add = job.add ? static_cast<const T*>(job.add) + r * cols : nullptr;
+    T* y = static_cast<T*>(job.y) + r * cols;
+    if (add)
+      for (int64_t c = 0; c < cols; ++c) store(x, c, load(x, c) + load(add, c));
+    float sums[kLanes] = {};
+    for (int64_t c = 0; c < full; c += kLanes)
+      for (int l = 0; l < kLanes; ++l) sums[l] += load(x, c + l);
+    for (int64_t c = full; c < cols; ++c) sums[c - full] += load(x, c);
+    const float mean = reduce_pairwise(sums) / float(cols);
+    float squares[kLanes] = {};
+    for (int64_t c = 0; c < full; c += kLanes)
+      for (int l = 0; l < kLanes; ++l) {
+        const float d = load(x, c + l) - mean;
+        squares[l] += d * d;
       }
-      sum += v;
+    for (int64_t c = full; c < cols; ++c) {
+      const float d = load(x, c) - mean;
+      squares[c - full] += d * d;
     }
-    const float mean = float(sum / double(job.cols));
-    double squares = 0;
-    for (int64_t c = 0; c < job.cols; ++c) {
-      const float d = load_at(s, job.x, base + c) - mean;
-      squares += double(d) * d;
-    }
-    const float rstd = 1.0f / std::sqrt(float(squares / double(job.cols)) + job.eps);
-    for (int64_t c = 0; c < job.cols; ++c) {
-      const float normed = (load_at(s, job.x, base + c) - mean) * rstd;
-      store_at(s, job.y, base + c, normed * job.gamma[c] + job.beta[c]);
-    }
+    const float rstd = 1.0f / std::sqrt(reduce_pairwise(squares) / float(cols) + job.eps);
+    for (int64_t c = 0; c < cols; ++c) store(y, c, (load(x, c) - mean) * rstd * job.gamma[c] + job.beta[c]);
   }
 }
 
-void gelu_tanh_scalar(Storage s, void* x, int64_t begin, int64_t end) {
-  const float sqrt_2_over_pi = 0.7978845608028654f;
+// 0.5·x·(1 + tanh(u)) = x / (1 + e^(-2u)), one exp and one division.
+template <class T>
+void gelu_tanh_range(T* x, int64_t begin, int64_t end) {
+  const float minus_two_sqrt_2_over_pi = -2.0f * 0.7978845608028654f, cubic = 0.044715f;
   for (int64_t i = begin; i < end; ++i) {
-    const float v = load_at(s, x, i);
-    const float inner = sqrt_2_over_pi * (v + 0.044715f * v * v * v);
-    store_at(s, x, i, 0.5f * v * (1.0f + std::tanh(inner)));
+    const float v = load(x, i);
+    const float inner = cubic * v * (v * v) + v;
+    store(x, i, v / (1.0f + exp_poly(minus_two_sqrt_2_over_pi * inner)));
   }
 }
 
-void softmax_rows_scalar(Storage s, void* x, int64_t cols, float scale, int64_t row_begin, int64_t row_end,
-                         float* scratch) {
+template <class T>
+void softmax_range(T* x, int64_t cols, float scale, int64_t row_begin, int64_t row_end, float* scratch) {
+  const int64_t full = cols / kLanes * kLanes;
   for (int64_t r = row_begin; r < row_end; ++r) {
-    const int64_t base = r * cols;
+    T* row = x + r * cols;
+    float maxima[kLanes];
+    for (float& m : maxima) m = -INFINITY;
+    for (int64_t c = 0; c < full; c += kLanes)
+      for (int l = 0; l < kLanes; ++l) maxima[l] = max_of(maxima[l], load(row, c + l));
+    for (int64_t c = full; c < cols; ++c) maxima[c - full] = max_of(maxima[c - full], load(row, c));
     float max_value = -INFINITY;
-    for (int64_t c = 0; c < cols; ++c) max_value = std::max(max_value, load_at(s, x, base + c));
-    float sum = 0;
-    for (int64_t c = 0; c < cols; ++c) {
-      scratch[c] = std::exp((load_at(s, x, base + c) - max_value) * scale);
-      sum += scratch[c];
+    for (float m : maxima) max_value = max_of(max_value, m);
+    float sums[kLanes] = {};
+    for (int64_t c = 0; c < full; c += kLanes)
+      for (int l = 0; l < kLanes; ++l) {
+        scratch[c + l] = exp_poly((load(row, c + l) - max_value) * scale);
+        sums[l] += scratch[c + l];
+      }
+    for (int64_t c = full; c < cols; ++c) {
+      scratch[c] = exp_poly((load(row, c) - max_value) * scale);
+      sums[c - full] += scratch[c];
     }
-    const float inverse = 1.0f / sum;
-    for (int64_t c = 0; c < cols; ++c) store_at(s, x, base + c, scratch[c] * inverse);
+    const float inverse = 1.0f / reduce_pairwise(sums);
+    for (int64_t c = 0; c < cols; ++c) store(row, c, scratch[c] * inverse);
   }
 }
 
-void split_qkv_rotary_rows_scalar(const SplitJob& job, int64_t token_begin, int64_t token_end) {
-  const Storage s = job.storage;
+// x·cos + rotate_half(x)·sin for one head. `__restrict` (q and k never
+// overlap the input or the tables): with the float input, checking at run time
+// that none of the six streams overlaps takes GCC more tests than it
+// is willing to make, and the loop stays scalar.
+template <class T>
+void rotate_head(const T* __restrict x, const float* __restrict cos, const float* __restrict sin, int64_t half,
+                 T* __restrict dst) {
+  for (int64_t d = 0; d < half; ++d) {
+    const float first = load(x, d), second = load(x, half + d);
+    store(dst, d, first * cos[d] - second * sin[d]);
+    store(dst, half + d, second * cos[half + d] + first * sin[half + d]);
+  }
+}
+
+template <class T>
+void split_qkv_rotary_rows(const SplitJob& job, int64_t token_begin, int64_t token_end) {
   const int64_t head_dim = job.head_dim, half = head_dim / 2, hidden = job.heads * head_dim;
-  const size_t esize = element_size(s);
+  const T* qkv = static_cast<const T*>(job.qkv);
   for (int64_t t = token_begin; t < token_end; ++t) {
-    const float* c = job.cos + t * head_dim;
-    const float* sn = job.sin + t * head_dim;
+    const float* cos = job.cos + t * head_dim;
+    const float* sin = job.sin + t * head_dim;
     for (int64_t h = 0; h < job.heads; ++h) {
       const int64_t out = (h * job.tokens + t) * head_dim;
       for (int which = 0; which < 2; ++which) {  // q, then k
-        const int64_t in = t * 3 * hidden + which * hidden + h * head_dim;
-        void* dst = which == 0 ? job.q : job.k;
-        for (int64_t d = 0; d < half; ++d) {
-          const float first = load_at(s, job.qkv, in + d), second = load_at(s, job.qkv, in + half + d);
-          store_at(s, dst, out + d, first * c[d] - second * sn[d]);
-          store_at(s, dst, out + half + d, second * c[half + d] + first * sn[half + d]);
-        }
+        const T* x = qkv + t * 3 * hidden + which * hidden + h * head_dim;
+        rotate_head(x, cos, sin, half, static_cast<T*>(which == 0 ? job.q : job.k) + out);
       }
-      const char* v_in =
-          static_cast<const char*>(job.qkv) + (t * 3 * hidden + 2 * hidden + h * head_dim) * esize;
-      std::copy(v_in, v_in + head_dim * esize, static_cast<char*>(job.v) + out * esize);
+      const T* v_in = qkv + t * 3 * hidden + 2 * hidden + h * head_dim;
+      std::memcpy(static_cast<T*>(job.v) + out, v_in, size_t(head_dim) * sizeof(T));
     }
   }
+}
+
+void add_layer_norm_rows_portable(const NormJob& job, int64_t row_begin, int64_t row_end) {
+  job.storage == Storage::F32 ? add_layer_norm_rows<float>(job, row_begin, row_end)
+                              : add_layer_norm_rows<uint16_t>(job, row_begin, row_end);
+}
+void gelu_tanh_portable(Storage s, void* x, int64_t begin, int64_t end) {
+  s == Storage::F32 ? gelu_tanh_range(static_cast<float*>(x), begin, end)
+                    : gelu_tanh_range(static_cast<uint16_t*>(x), begin, end);
+}
+void softmax_rows_portable(Storage s, void* x, int64_t cols, float scale, int64_t row_begin, int64_t row_end,
+                           float* scratch) {
+  s == Storage::F32 ? softmax_range(static_cast<float*>(x), cols, scale, row_begin, row_end, scratch)
+                    : softmax_range(static_cast<uint16_t*>(x), cols, scale, row_begin, row_end, scratch);
+}
+void split_qkv_rotary_rows_portable(const SplitJob& job, int64_t token_begin, int64_t token_end) {
+  job.storage == Storage::F32 ? split_qkv_rotary_rows<float>(job, token_begin, token_end)
+                              : split_qkv_rotary_rows<uint16_t>(job, token_begin, token_end);
+}
+
+}  // namespace
+
+namespace vision_detail {
+
+const VisionKernels kVisionPortable = {add_layer_norm_rows_portable, gelu_tanh_portable, softmax_rows_portable,
+                                       split_qkv_rotary_rows_portable};
+
+const VisionKernels& vision_kernels(Isa isa, const char* caller) {
+  if (!isa_supported(isa))
+    throw Error(fmt::format("{}: this CPU cannot run the {} tier (it supports up to {})", caller, isa_name(isa),
+                            isa_name(best_isa())));
+#if QVL_X86
+  if (isa == Isa::Avx512) return kVisionAvx512;
+  if (isa == Isa::Avx2) return kVisionAvx2;
+#endif
+  return kVisionPortable;
 }
 
 }  // namespace vision_detail
 
 void add_layer_norm(Storage s, void* x, const void* add, void* y, const float* gamma, const float* beta,
-                    int64_t rows, int64_t cols, float eps, VecPath path) {
+                    int64_t rows, int64_t cols, float eps, Isa isa) {
+  const VisionKernels& kernels = vision_kernels(isa, "add_layer_norm");
   if (rows <= 0 || cols <= 0) return;
   const NormJob job{s, x, add, y, gamma, beta, cols, eps};
-  const bool avx512 = use_avx512(path);
-  at::parallel_for(0, rows, kRowGrain, [&](int64_t begin, int64_t end) {
-    avx512 ? add_layer_norm_rows_avx512(job, begin, end) : add_layer_norm_rows_scalar(job, begin, end);
-  });
+  at::parallel_for(0, rows, kRowGrain,
+                   [&](int64_t begin, int64_t end) { kernels.add_layer_norm_rows(job, begin, end); });
 }
 
-void gelu_tanh(Storage s, void* x, int64_t n, VecPath path) {
+void gelu_tanh(Storage s, void* x, int64_t n, Isa isa) {
+  const VisionKernels& kernels = vision_kernels(isa, "gelu_tanh");
   if (n <= 0) return;
-  const bool avx512 = use_avx512(path);
-  at::parallel_for(0, n, kElementGrain, [&](int64_t begin, int64_t end) {
-    avx512 ? gelu_tanh_avx512(s, x, begin, end) : gelu_tanh_scalar(s, x, begin, end);
-  });
+  at::parallel_for(0, n, kElementGrain, [&](int64_t begin, int64_t end) { kernels.gelu_tanh(s, x, begin, end); });
 }
 
-void softmax_rows(Storage s, void* x, int64_t rows, int64_t cols, float scale, VecPath path) {
+void softmax_rows(Storage s, void* x, int64_t rows, int64_t cols, float scale, Isa isa) {
+  const VisionKernels& kernels = vision_kernels(isa, "softmax_rows");
   if (rows <= 0 || cols <= 0) return;
-  const bool avx512 = use_avx512(path);
   at::parallel_for(0, rows, kRowGrain, [&](int64_t begin, int64_t end) {
     std::vector<float> scratch(static_cast<size_t>(cols));
-    avx512 ? softmax_rows_avx512(s, x, cols, scale, begin, end, scratch.data())
-           : softmax_rows_scalar(s, x, cols, scale, begin, end, scratch.data());
+    kernels.softmax_rows(s, x, cols, scale, begin, end, scratch.data());
   });
 }
 
 void split_qkv_rotary(Storage s, const void* qkv, const float* cos, const float* sin, int64_t tokens,
-                      int64_t heads, int64_t head_dim, void* q, void* k, void* v, VecPath path) {
+                      int64_t heads, int64_t head_dim, void* q, void* k, void* v, Isa isa) {
+  const VisionKernels& kernels = vision_kernels(isa, "split_qkv_rotary");
   if (head_dim % 2 != 0)
-    throw Error(fmt::format("vision kernels: rotary needs an even head_dim, got {}", head_dim));
+    throw Error(fmt::format("split_qkv_rotary: rotary needs an even head_dim, got {}", head_dim));
   const SplitJob job{s, qkv, cos, sin, tokens, heads, head_dim, q, k, v};
-  const bool avx512 = use_avx512(path);
-  at::parallel_for(0, tokens, kRowGrain, [&](int64_t begin, int64_t end) {
-    avx512 ? split_qkv_rotary_rows_avx512(job, begin, end) : split_qkv_rotary_rows_scalar(job, begin, end);
-  });
+  at::parallel_for(0, tokens, kRowGrain,
+                   [&](int64_t begin, int64_t end) { kernels.split_qkv_rotary_rows(job, begin, end); });
 }
 
 }  // namespace qvl::kernels

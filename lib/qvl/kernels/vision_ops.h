@@ -8,10 +8,15 @@
 // float32 and each result is rounded once to the storage type, as ATen does
 // for bf16 tensors. Rows are split across ATen's thread pool; inside an
 // at::parallel_for region a call runs on the calling thread.
+//
+// Every kernel runs the code of tier `isa` (kernels/cpu.h; neon runs the
+// portable code) and throws qvl::Error if this CPU cannot run that tier. The
+// avx2 and avx512 tiers give the same bits as each other; the portable code
+// (no FMA, its own exp evaluation) agrees with them to float rounding.
 #pragma once
 #include <cstdint>
 
-#include "qvl/kernels/storage.h"  // Storage, VecPath
+#include "qvl/kernels/storage.h"  // Storage, Isa, active_isa
 
 namespace qvl::kernels {
 
@@ -19,19 +24,19 @@ namespace qvl::kernels {
 // and rounded to its storage, like the reference's residual add), then
 // y = (x - mean) / sqrt(var + eps) · gamma + beta per row.
 void add_layer_norm(Storage s, void* x, const void* add, void* y, const float* gamma, const float* beta,
-                    int64_t rows, int64_t cols, float eps, VecPath path = VecPath::Best);
+                    int64_t rows, int64_t cols, float eps, Isa isa = active_isa());
 
 // x = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) in place, on n values.
-void gelu_tanh(Storage s, void* x, int64_t n, VecPath path = VecPath::Best);
+void gelu_tanh(Storage s, void* x, int64_t n, Isa isa = active_isa());
 
 // Each row of x becomes softmax(scale · row), in place.
-void softmax_rows(Storage s, void* x, int64_t rows, int64_t cols, float scale, VecPath path = VecPath::Best);
+void softmax_rows(Storage s, void* x, int64_t rows, int64_t cols, float scale, Isa isa = active_isa());
 
 // The qkv projection [tokens, 3, heads, head_dim] split into q, k and v laid
 // out [heads, tokens, head_dim]; q and k get the 2-D rotary (computed in
 // float32, as the reference does): x·cos + rotate_half(x)·sin, where
 // rotate_half(x) = (-x[half:], x[:half]). cos/sin are [tokens, head_dim] float32.
 void split_qkv_rotary(Storage s, const void* qkv, const float* cos, const float* sin, int64_t tokens,
-                      int64_t heads, int64_t head_dim, void* q, void* k, void* v, VecPath path = VecPath::Best);
+                      int64_t heads, int64_t head_dim, void* q, void* k, void* v, Isa isa = active_isa());
 
 }  // namespace qvl::kernels

@@ -1,60 +1,18 @@
-// AVX-512 versions of the vision kernels. This file alone of them is compiled
-// with -mavx512* (lib/CMakeLists.txt) and is only entered after a run-time CPU
-// check; everything in it has internal linkage or lives in vision_detail.
+// AVX-512 versions of the vision kernels: the avx512 tier's table. This file
+// alone of them is compiled with -mavx512* (lib/CMakeLists.txt; F+BW+VL+DQ,
+// no AVX512-BF16) and is only entered when that tier is active; everything in
+// it has internal linkage or lives in vision_detail.
 #include <immintrin.h>
 
 #include <cmath>
 
+#include "qvl/kernels/simd_avx512.h"
 #include "qvl/kernels/vision_ops_detail.h"
 
 namespace qvl::kernels::vision_detail {
 namespace {
 
-constexpr int kLanes = 16;
-
-__mmask16 tail_mask(int64_t remaining) {
-  return remaining >= kLanes ? __mmask16(0xffff) : __mmask16((1u << remaining) - 1);
-}
-
-// Loads and stores of 16 values as floats; masked-off lanes load as 0.
-__m512 load(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
-__m512 load(const uint16_t* p, __mmask16 m) {
-  const __m512i widened = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(widened, 16));
-}
-void store(float* p, __m512 v, __mmask16 m) { _mm512_mask_storeu_ps(p, m, v); }
-void store(uint16_t* p, __m512 v, __mmask16 m) {
-  _mm256_mask_storeu_epi16(p, m, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
-}
-// The value a store to T would keep (round to nearest even for bf16).
-__m512 round_to(const float*, __m512 v) { return v; }
-__m512 round_to(const uint16_t*, __m512 v) {
-  const __m512i narrowed = _mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(narrowed, 16));
-}
-
-// e^x: x = n·ln2 + r with |r| ≤ ln2/2, e^r by its Taylor series to r^7
-// (relative error below 1e-8 there), then scaled by 2^n. Inputs below
-// -87 give about 1e-38 instead of denormals or 0, which no caller can tell
-// from 0 after normalizing or rounding.
-__m512 exp_ps(__m512 x) {
-  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.0f)), _mm512_set1_ps(-87.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);  // ln2, high bits
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.4286068203094172e-06f), r);  // ln2, the rest
-  __m512 p = _mm512_set1_ps(1.0f / 5040);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
-}
-
-float sum_lanes(__m512 v) { return _mm512_reduce_add_ps(v); }
+using namespace simd_avx512;
 
 template <class T>
 void add_layer_norm_rows(const NormJob& job, int64_t row_begin, int64_t row_end) {
@@ -73,14 +31,14 @@ void add_layer_norm_rows(const NormJob& job, int64_t row_begin, int64_t row_end)
       }
       sum = _mm512_add_ps(sum, v);
     }
-    const __m512 mean = _mm512_set1_ps(sum_lanes(sum) / float(cols));
+    const __m512 mean = _mm512_set1_ps(reduce_pairwise(sum) / float(cols));
     __m512 squares = _mm512_setzero_ps();
     for (int64_t c = 0; c < cols; c += kLanes) {
       const __mmask16 m = tail_mask(cols - c);
       const __m512 d = _mm512_maskz_sub_ps(m, load(x + c, m), mean);
       squares = _mm512_fmadd_ps(d, d, squares);
     }
-    const __m512 rstd = _mm512_set1_ps(1.0f / std::sqrt(sum_lanes(squares) / float(cols) + job.eps));
+    const __m512 rstd = _mm512_set1_ps(1.0f / std::sqrt(reduce_pairwise(squares) / float(cols) + job.eps));
     for (int64_t c = 0; c < cols; c += kLanes) {
       const __mmask16 m = tail_mask(cols - c);
       const __m512 normed = _mm512_mul_ps(_mm512_sub_ps(load(x + c, m), mean), rstd);
@@ -99,7 +57,7 @@ void gelu_tanh_range(T* x, int64_t begin, int64_t end) {
     const __mmask16 m = tail_mask(end - i);
     const __m512 v = load(x + i, m);
     const __m512 inner = _mm512_fmadd_ps(_mm512_mul_ps(cubic, v), _mm512_mul_ps(v, v), v);
-    const __m512 e = exp_ps(_mm512_mul_ps(minus_two_sqrt_2_over_pi, inner));
+    const __m512 e = exp_poly(_mm512_mul_ps(minus_two_sqrt_2_over_pi, inner));
     store(x + i, _mm512_div_ps(v, _mm512_add_ps(one, e)), m);
   }
 }
@@ -118,11 +76,11 @@ void softmax_range(T* x, int64_t cols, float scale, int64_t row_begin, int64_t r
     __m512 sum = _mm512_setzero_ps();
     for (int64_t c = 0; c < cols; c += kLanes) {
       const __mmask16 m = tail_mask(cols - c);
-      const __m512 e = exp_ps(_mm512_mul_ps(_mm512_sub_ps(load(row + c, m), max_all), scale_v));
+      const __m512 e = exp_poly(_mm512_mul_ps(_mm512_sub_ps(load(row + c, m), max_all), scale_v));
       sum = _mm512_mask_add_ps(sum, m, sum, e);
       _mm512_mask_storeu_ps(scratch + c, m, e);
     }
-    const __m512 inverse = _mm512_set1_ps(1.0f / sum_lanes(sum));
+    const __m512 inverse = _mm512_set1_ps(1.0f / reduce_pairwise(sum));
     for (int64_t c = 0; c < cols; c += kLanes) {
       const __mmask16 m = tail_mask(cols - c);
       store(row + c, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, scratch + c), inverse), m);
@@ -159,35 +117,38 @@ void split_qkv_rotary_rows(const SplitJob& job, int64_t token_begin, int64_t tok
   }
 }
 
-}  // namespace
-
-void split_qkv_rotary_rows_avx512(const SplitJob& job, int64_t token_begin, int64_t token_end) {
+void split_qkv_rotary_rows_tier(const SplitJob& job, int64_t token_begin, int64_t token_end) {
   if (job.storage == Storage::F32)
     split_qkv_rotary_rows<float>(job, token_begin, token_end);
   else
     split_qkv_rotary_rows<uint16_t>(job, token_begin, token_end);
 }
 
-void add_layer_norm_rows_avx512(const NormJob& job, int64_t row_begin, int64_t row_end) {
+void add_layer_norm_rows_tier(const NormJob& job, int64_t row_begin, int64_t row_end) {
   if (job.storage == Storage::F32)
     add_layer_norm_rows<float>(job, row_begin, row_end);
   else
     add_layer_norm_rows<uint16_t>(job, row_begin, row_end);
 }
 
-void gelu_tanh_avx512(Storage s, void* x, int64_t begin, int64_t end) {
+void gelu_tanh_tier(Storage s, void* x, int64_t begin, int64_t end) {
   if (s == Storage::F32)
     gelu_tanh_range(static_cast<float*>(x), begin, end);
   else
     gelu_tanh_range(static_cast<uint16_t*>(x), begin, end);
 }
 
-void softmax_rows_avx512(Storage s, void* x, int64_t cols, float scale, int64_t row_begin, int64_t row_end,
+void softmax_rows_tier(Storage s, void* x, int64_t cols, float scale, int64_t row_begin, int64_t row_end,
                          float* scratch) {
   if (s == Storage::F32)
     softmax_range(static_cast<float*>(x), cols, scale, row_begin, row_end, scratch);
   else
     softmax_range(static_cast<uint16_t*>(x), cols, scale, row_begin, row_end, scratch);
 }
+
+}  // namespace
+
+const VisionKernels kVisionAvx512 = {add_layer_norm_rows_tier, gelu_tanh_tier, softmax_rows_tier,
+                                     split_qkv_rotary_rows_tier};
 
 }  // namespace qvl::kernels::vision_detail

@@ -45,10 +45,12 @@ WeightQuant parse_quant(const std::string& s) {
   throw Error("unknown weight quantization '" + s + "' (use none or int8)");
 }
 
-// In a bf16 session OpenBLAS runs only the small float32 attention matmuls of
-// a prefill, yet after each call its threads spin (sched_yield) beside the
-// OpenMP threads running oneDNN's matmuls: one OpenBLAS thread made a 512-token
-// prefill 1.4x faster here. Looked up at run time: the system BLAS may not be OpenBLAS.
+// In a bf16 session OpenBLAS runs the small float32 attention matmuls of a
+// prefill and, below the avx512 tier, the widened bf16 matmuls
+// (kernels/linear.h), which split their work over the OpenMP threads
+// themselves. OpenBLAS's own threads would spin (sched_yield) beside those
+// OpenMP threads: one OpenBLAS thread made a 512-token prefill 1.4x faster
+// here. Looked up at run time: the system BLAS may not be OpenBLAS.
 void use_one_openblas_thread() {
   using SetThreads = void (*)(int);
   if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(1);

@@ -1,11 +1,11 @@
-// The vision tower's transformer blocks, run natively: ATen for the linears
-// (oneDNN runs bf16 matmuls with AVX512-BF16) and qvl's own kernels for
-// everything between them (kernels/vision_ops.h). Attention goes one head and
+// The vision tower's transformer blocks, run natively: kernels/linear.h for
+// the matmuls (oneDNN on the avx512 tier, float32 OpenBLAS on the others) and
+// qvl's own kernels for everything between them (kernels/vision_ops.h). Attention goes one head and
 // one block of queries at a time, so the [heads, N, N] scores never exist at
 // once and each block of them stays in cache between its two matmuls.
 //
 // The weights are the TorchScript module's parameters (already in the compute
-// dtype); the module still runs the patch embedding and the mergers.
+// dtype); patch_layers.h runs the patch embedding and the mergers the same way.
 #pragma once
 #include <ATen/core/Tensor.h>
 

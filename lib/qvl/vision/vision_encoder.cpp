@@ -10,6 +10,7 @@
 
 #include "qvl/error.h"
 #include "qvl/io/safetensors.h"
+#include "qvl/vision/patch_layers.h"
 #include "qvl/vision/positions.h"
 #include "qvl/vision/vision_blocks.h"
 
@@ -50,20 +51,21 @@ struct VisionEncoder::Impl {
   at::ScalarType dtype;
   std::string path;
   torch::jit::Module module;
-  std::unique_ptr<VisionBlocks> blocks;  // null: the module's forward runs the blocks
+  // The native tower (null: the module's forward runs everything): the
+  // module's parameters driven by qvl's kernels, the TorchScript forward kept
+  // as the reference the tests hold them to.
+  std::unique_ptr<PatchEmbedding> embedding;
+  std::unique_ptr<VisionBlocks> blocks;
+  std::vector<PatchMerger> deepstack_mergers;
+  std::unique_ptr<PatchMerger> merger;
 
-  // The module's forward with the blocks swapped for the native ones; the
-  // patch embedding and the mergers stay TorchScript.
   c10::IValue forward_native(const at::Tensor& pixel_values, const VisionPositions& pos) {
-    at::Tensor x = module.get_method("block_input")({pixel_values, pos.pos_index, pos.pos_weight}).toTensor();
     std::vector<at::Tensor> taps;
-    x = blocks->run(x, pos, &taps);
-    torch::jit::Module deepstack_mergers = module.attr("deepstack_merger_list").toModule();
+    const at::Tensor x = blocks->run(embedding->run(pixel_values, pos), pos, &taps);
     std::vector<at::Tensor> deepstack;
-    for (size_t i = 0; i < taps.size(); ++i)
-      deepstack.push_back(deepstack_mergers.attr(std::to_string(i)).toModule().forward({taps[i]}).toTensor());
-    at::Tensor merged = module.attr("merger").toModule().forward({x}).toTensor();
-    return c10::ivalue::Tuple::create({merged, c10::IValue(deepstack)});
+    for (size_t i = 0; i < taps.size() && i < deepstack_mergers.size(); ++i)
+      deepstack.push_back(deepstack_mergers[i].run(taps[i]));
+    return c10::ivalue::Tuple::create({merger->run(x), c10::IValue(deepstack)});
   }
 
   VisionPositions positions_for(const at::Tensor& pixel_values, const std::vector<ImageGrid>& grids) const {
@@ -96,7 +98,11 @@ VisionEncoder::VisionEncoder(const std::string& model_dir, const ModelConfig& cf
   if (opts.native_blocks) {
     std::map<std::string, at::Tensor> params;
     for (const auto& p : impl_->module.named_parameters()) params[p.name] = p.value;
+    impl_->embedding = std::make_unique<PatchEmbedding>(impl_->cfg, params);
     impl_->blocks = std::make_unique<VisionBlocks>(impl_->cfg, params);
+    for (size_t i = 0; i < impl_->cfg.deepstack_visual_indexes.size(); ++i)
+      impl_->deepstack_mergers.emplace_back(impl_->cfg, params, fmt::format("deepstack_merger_list.{}.", i), true);
+    impl_->merger = std::make_unique<PatchMerger>(impl_->cfg, params, "merger.", false);
   }
 }
 

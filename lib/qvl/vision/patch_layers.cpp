@@ -1,0 +1,80 @@
+#include "qvl/vision/patch_layers.h"
+
+#include <ATen/ATen.h>
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+
+#include "qvl/error.h"
+#include "qvl/kernels/cpu.h"
+#include "qvl/kernels/linear.h"
+#include "qvl/vision/positions.h"
+
+namespace qvl {
+namespace {
+
+// The reference's vision LayerNorms.
+constexpr double kLayerNormEps = 1e-6;
+
+const at::Tensor& param(const std::map<std::string, at::Tensor>& params, const std::string& name,
+                        std::vector<int64_t> shape) {
+  auto it = params.find(name);
+  if (it == params.end()) throw Error(fmt::format("vision module has no parameter {}", name));
+  if (it->second.sizes().vec() != shape)
+    throw Error(fmt::format("vision module parameter {} is {}, expected {}", name,
+                            fmt::join(it->second.sizes().vec(), "x"), fmt::join(shape, "x")));
+  return it->second;
+}
+
+}  // namespace
+
+PatchEmbedding::PatchEmbedding(const VisionConfig& cfg, const std::map<std::string, at::Tensor>& params) {
+  const int64_t inputs = cfg.in_channels * cfg.temporal_patch_size * cfg.patch_size * cfg.patch_size;
+  weight_ = param(params, "patch_embed.proj.weight", {cfg.hidden_size, inputs});
+  bias_ = param(params, "patch_embed.proj.bias", {cfg.hidden_size});
+  table_ = param(params, "pos_embed.weight", {cfg.num_position_embeddings, cfg.hidden_size});
+}
+
+at::Tensor PatchEmbedding::run(const at::Tensor& pixel_values, const VisionPositions& pos) const {
+  const at::Tensor patches = kernels::linear(pixel_values.to(weight_.scalar_type()).contiguous(), weight_, bias_);
+  const int64_t n = pos.pos_index.size(1);
+  // The four corners' rows weighted and summed in float32, corner by corner.
+  const at::Tensor corners =
+      table_.index_select(0, pos.pos_index.reshape({-1})).view({4, n, -1}).to(at::kFloat) *
+      pos.pos_weight.unsqueeze(-1);
+  const at::Tensor positions = corners[0] + corners[1] + corners[2] + corners[3];
+  return (patches.to(at::kFloat) + positions).to(patches.scalar_type());
+}
+
+PatchMerger::PatchMerger(const VisionConfig& cfg, const std::map<std::string, at::Tensor>& params,
+                         const std::string& prefix, bool norm_after_join)
+    : hidden_(cfg.hidden_size),
+      joined_(cfg.hidden_size * cfg.spatial_merge_size * cfg.spatial_merge_size),
+      norm_after_join_(norm_after_join) {
+  const int64_t norm_width = norm_after_join ? joined_ : hidden_;
+  norm_weight_ = param(params, prefix + "norm.weight", {norm_width});
+  norm_bias_ = param(params, prefix + "norm.bias", {norm_width});
+  fc1_weight_ = param(params, prefix + "linear_fc1.weight", {joined_, joined_});
+  fc1_bias_ = param(params, prefix + "linear_fc1.bias", {joined_});
+  fc2_weight_ = param(params, prefix + "linear_fc2.weight", {cfg.out_hidden_size, joined_});
+  fc2_bias_ = param(params, prefix + "linear_fc2.bias", {cfg.out_hidden_size});
+}
+
+at::Tensor PatchMerger::run(const at::Tensor& x) const {
+  if (x.dim() != 2 || x.size(1) != hidden_ || x.size(0) * hidden_ % joined_ != 0)
+    throw Error(fmt::format("patch merger: input is {}, expected [N, {}] with N a multiple of {}",
+                            fmt::join(x.sizes().vec(), "x"), hidden_, joined_ / hidden_));
+  const at::Tensor joined =
+      norm_after_join_
+          ? at::layer_norm(x.reshape({-1, joined_}), {joined_}, norm_weight_, norm_bias_, kLayerNormEps)
+          : at::layer_norm(x, {hidden_}, norm_weight_, norm_bias_, kLayerNormEps).reshape({-1, joined_});
+  at::Tensor inner = kernels::linear(joined.contiguous(), fc1_weight_, fc1_bias_);
+  // libtorch sends a bf16 GELU to oneDNN where it sends bf16 matmuls; below
+  // the avx512 tier compute it in float32 (what ATen's own bf16 GELU does).
+  if (inner.scalar_type() == at::kBFloat16 && !kernels::aten_bf16_matmul_is_fast())
+    inner = at::gelu(inner.to(at::kFloat)).to(at::kBFloat16);
+  else
+    inner = at::gelu(inner);
+  return kernels::linear(inner, fc2_weight_, fc2_bias_);
+}
+
+}  // namespace qvl
