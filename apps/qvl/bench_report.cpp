@@ -54,6 +54,8 @@ nlohmann::json bench_json(const std::vector<BenchRow>& rows) {
   nlohmann::json out = nlohmann::json::array();
   for (const BenchRow& row : rows) {
     nlohmann::json entry = {{"mode", row.mode}, {"dtype", row.dtype}, {"quant", row.quant}};
+    // The CPU tier the runs used (kernels/cpu.h), as they reported it.
+    if (!row.runs.empty() && row.runs[0].contains("isa")) entry["isa"] = row.runs[0]["isa"];
     nlohmann::json minima = nlohmann::json::object();
     for (const BenchMeasure& m : measures) {
       const std::vector<double> values = values_of(row, m.key);

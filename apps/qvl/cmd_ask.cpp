@@ -1,12 +1,15 @@
 // qvl ask: one question (about zero or more images), answer streamed to stdout.
 #include <fmt/core.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "common.h"
 #include "qvl/error.h"
+#include "qvl/io/mapped_file.h"
 #include "qvl/io/safetensors.h"
 #include "qvl/text/chat.h"
 
@@ -67,19 +70,34 @@ nlohmann::json answer_json(const Answer& a, const std::vector<std::string>& imag
 
 int run_ask(const AskFlags& f) {
   std::vector<Message> messages = build_messages(f);
+  // Refused before the model loads: a text that cannot fit, an image that is not a file.
+  check_prompt_length(messages, f.model.max_context);
+  for (const std::string& path : image_paths(messages)) require_regular_file(path);
   SessionOptions session_options = make_session_options(f.model);
   session_options.keep_first_logits = !f.dump_logits.empty();
   Session session(session_options);
   SamplingOptions sampling = make_sampling(f.sampling, session.generation_config());
   install_interrupt_handler();
   const bool stream = !f.json;
-  Answer a = session.ask(messages, sampling, [&](const std::string& piece) {
-    if (stream) {
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
-    }
-    return !interrupted();
-  });
+  int write_errno = 0;  // stdout failed: stop generating, then say so
+  Answer a;
+  try {
+    a = session.ask(messages, sampling, [&](const std::string& piece) {
+      if (stream && (std::fwrite(piece.data(), 1, piece.size(), stdout) != piece.size() || std::fflush(stdout) != 0)) {
+        write_errno = errno ? errno : EIO;
+        return false;
+      }
+      return !interrupted();
+    });
+  } catch (const ContextFull& e) {
+    // Fewer pixels cannot help a question without images.
+    std::string what = e.what();
+    const std::string pixels = ", lower --max-pixels";
+    const size_t at = what.find(pixels);
+    if (image_paths(messages).empty() && at != std::string::npos) what.erase(at, pixels.size());
+    throw Error(what);
+  }
+  if (write_errno) throw Error(fmt::format("cannot write the answer to stdout: {}", std::strerror(write_errno)));
   if (!f.dump_logits.empty()) {
     const std::vector<int64_t> shape = {int64_t(a.first_logits.size())};
     write_safetensors(f.dump_logits, {{"logits", DType::F32, shape, a.first_logits.data()}});

@@ -16,6 +16,7 @@
 #include "qvl/error.h"
 #include "qvl/image/decode.h"
 #include "qvl/image/preprocess.h"
+#include "qvl/kernels/cpu.h"
 #include "qvl/text/chat.h"
 
 namespace qvl::app {
@@ -99,6 +100,7 @@ int run_bench_child(const RunFlags& f) {
       {"mode", f.model.load},
       {"dtype", f.model.dtype},
       {"quant", f.quant},
+      {"isa", kernels::isa_name(kernels::active_isa())},
       {"load_s", seconds_between(f.spawned_at_ns, ready_ns)},
       {"session_load_s", session.load_seconds()},
       {"vision_load_s", vision_load_s},
@@ -222,8 +224,8 @@ int run_bench(const BenchFlags& f) {
   } else {
     fmt::print("{}", bench_table(rows));
     fmt::print("median (min) of {} run{} each in a fresh process; load_s: process start to model ready; "
-               "ttft_s: question to first token\n",
-               f.repeat, f.repeat == 1 ? "" : "s");
+               "ttft_s: question to first token\nkernels: {}\n",
+               f.repeat, f.repeat == 1 ? "" : "s", kernels::isa_description());
   }
   return kOk;
 }
@@ -237,7 +239,7 @@ void register_bench_run(CLI::App& app, int& exit_code) {
   cmd->add_option("--prompt", f->prompt)->required();
   cmd->remove_option(cmd->get_option("--quant"));  // add_model_options' one: this list is checked against bench's
   cmd->add_option("--quant", f->quant)->check(supported_quant());
-  cmd->add_option("--max-new-tokens", f->max_new_tokens)->check(CLI::PositiveNumber);
+  cmd->add_option("--max-new-tokens", f->max_new_tokens)->check(integer_in(1, int64_t(1) << 20));
   cmd->add_option("--batch", f->batch)->check(CLI::Range(int64_t(1), int64_t(64)));
   cmd->add_option("--spawned-at-ns", f->spawned_at_ns)->required();
   cmd->callback([f, &exit_code] { exit_code = run_bench_child(*f); });
@@ -275,7 +277,7 @@ void register_bench(CLI::App& app, int& exit_code) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--prompt", f->prompt, "The question (default: a fixed ~20-word question, about the image if any)");
   cmd->add_option("--repeat", f->repeat, "Runs per configuration; the table shows median and min")
-      ->check(CLI::PositiveNumber)
+      ->check(integer_in(1, 1000))
       ->capture_default_str();
   cmd->add_option("-n,--max-new-tokens", f->max_new_tokens,
                   "Tokens generated per run, greedy, end-of-text ignored so every run decodes the same count")

@@ -79,9 +79,18 @@ CheckedImage check_image(const std::string& path) {
 // dedicated error type to catch.
 bool is_context_full(const Error& e) { return dynamic_cast<const ContextFull*>(&e) != nullptr; }
 
+// The answers are the results: once stdout fails (a full disk, a closed
+// pipe) the answer in progress stops and the REPL ends with exit 1.
+int g_stdout_errno = 0;
+
 void write_stdout(const std::string& text) {
-  std::fwrite(text.data(), 1, text.size(), stdout);
-  std::fflush(stdout);
+  if (g_stdout_errno) return;
+  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0)
+    g_stdout_errno = errno ? errno : EIO;
+}
+
+void throw_if_stdout_failed() {
+  if (g_stdout_errno) throw Error(fmt::format("cannot write the answer to stdout: {}", std::strerror(g_stdout_errno)));
 }
 
 class ChatRepl {
@@ -150,10 +159,11 @@ class ChatRepl {
       answer = session_.ask(turn, sampling_, [&](const std::string& piece) {
         write_stdout(piece);
         streamed = true;
-        return !interrupted();
+        return !interrupted() && !g_stdout_errno;
       });
     } catch (const Error& e) {
       if (streamed) write_stdout("\n");
+      throw_if_stdout_failed();
       report_failed_turn(e);
       return;
     } catch (const std::exception& e) {
@@ -167,6 +177,7 @@ class ChatRepl {
       return;
     }
     write_stdout("\n");
+    throw_if_stdout_failed();
     clear_interrupt();
 
     history_.insert(history_.end(), turn.begin(), turn.end());

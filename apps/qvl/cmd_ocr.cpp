@@ -4,10 +4,15 @@
 // the model works on the current one. Records are written in input order and
 // flushed one at a time, so a killed run loses only the record being written,
 // and --resume picks up where it stopped.
+#include <fcntl.h>
 #include <fmt/core.h>
+#include <fmt/ranges.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
@@ -28,7 +33,6 @@
 #include "qvl/image/decode.h"
 #include "qvl/image/preprocess.h"
 #include "qvl/io/file_scan.h"
-#include "qvl/io/jsonl.h"
 #include "qvl/io/mapped_file.h"
 #include "qvl/io/sha256.h"
 
@@ -53,6 +57,7 @@ struct OcrFlags {
   std::string output;
   bool resume = false;
   bool force = false;
+  bool wait = false;  // for another run's lock on --output
   bool recursive = false;
   int64_t batch = 1;
   std::string glob;
@@ -67,46 +72,98 @@ std::string message_naming(const std::string& path, const std::string& what) {
 // ---------------------------------------------------------------------------
 // Output: a JSONL file that is never truncated by accident, or stdout.
 
+// Another run holds the output's lock (exit kBusy).
+struct OutputBusy : Error {
+  using Error::Error;
+};
+
+// A cut-off record of ours: what a kill in the middle of a write leaves.
+bool is_cut_record(const std::string& line) {
+  static const std::string kStart = "{\"file\":";
+  if (line.size() < kStart.size()) return kStart.compare(0, line.size(), line) == 0;
+  return line.compare(0, kStart.size(), kStart) == 0;
+}
+
+// The process holding a flock() on the file, from /proc/locks; 0 if not found.
+int64_t flock_holder(const struct stat& st) {
+  std::FILE* f = std::fopen("/proc/locks", "r");
+  if (!f) return 0;
+  const std::string id = fmt::format("{:02x}:{:02x}:{}", major(st.st_dev), minor(st.st_dev), uint64_t(st.st_ino));
+  // Some file systems (overlayfs) show another device there than stat() gives:
+  // then the inode alone decides, if only one lock matches it.
+  const std::string inode_suffix = fmt::format(":{}", uint64_t(st.st_ino));
+  char line[512];
+  int64_t pid = 0, by_inode = 0;
+  int inode_matches = 0;
+  while (pid == 0 && std::fgets(line, sizeof line, f)) {
+    // "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF" (waiters read "1: -> FLOCK ...")
+    char type[32] = {}, id_text[128] = {};
+    long long holder = 0;
+    if (std::sscanf(line, "%*d: %31s %*s %*s %lld %127s", type, &holder, id_text) != 3 ||
+        std::string(type) != "FLOCK")
+      continue;
+    const std::string lock_id = id_text;
+    if (lock_id == id) pid = holder;
+    if (lock_id.size() > inode_suffix.size() &&
+        lock_id.compare(lock_id.size() - inode_suffix.size(), inode_suffix.size(), inode_suffix) == 0) {
+      by_inode = holder;
+      inode_matches += 1;
+    }
+  }
+  std::fclose(f);
+  return pid != 0 ? pid : inode_matches == 1 ? by_inode : 0;
+}
+
 struct OutputFile {
   std::FILE* file = stdout;
   std::string name = "<stdout>";
-  bool starts_mid_line = false;  // a killed run left a partial last line
+  bool starts_mid_line = false;  // the last record lacks only its newline
   bool truncate_before_writing = false;
+  struct stat identity {};       // of the --output file, so it is never read as an input
   std::set<std::pair<std::string, std::string>> done;  // (file, sha256 or "") already in it
 
   ~OutputFile() {
-    if (file != stdout) std::fclose(file);
+    if (file != stdout) std::fclose(file);  // also releases the lock
   }
 
-  // Checked before the model loads, so a bad --output costs nothing.
-  void open(const OcrFlags& f) {
+  bool is(const std::string& path) const {
+    struct stat st {};
+    return file != stdout && ::stat(path.c_str(), &st) == 0 && st.st_dev == identity.st_dev &&
+           st.st_ino == identity.st_ino;
+  }
+
+  // Checked before the model loads, so a bad --output costs nothing. Takes an
+  // exclusive lock on the file for the whole run: a second qvl ocr on the same
+  // output (a cron job started again before the last run finished) stops
+  // with OutputBusy, or with `wait` waits for it.
+  void open(const OcrFlags& f, bool quiet) {
     if (f.output.empty()) return;
     struct stat st {};
     const bool exists = ::stat(f.output.c_str(), &st) == 0;
     if (exists && S_ISDIR(st.st_mode)) throw Error(fmt::format("--output {} is a directory", f.output));
+    if (exists && !S_ISREG(st.st_mode))
+      throw Error(fmt::format("--output {} is not a regular file ({}): leave --output out to write to stdout", f.output,
+                              non_regular_kind(st.st_mode)));
     const bool non_empty = exists && st.st_size > 0;
     if (non_empty && !f.resume && !f.force)
       throw Error(fmt::format("{} already exists and is not empty: pass --resume to add the files it lacks, or "
                               "--force to overwrite it",
                               f.output));
     // Append mode: nothing is lost until --force has a model to run.
-    file = std::fopen(f.output.c_str(), "a");
+    const int fd = ::open(f.output.c_str(), O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0666);
+    if (fd < 0) throw Error(fmt::format("{}: cannot open for writing: {}", f.output, std::strerror(errno)));
+    file = ::fdopen(fd, "a");
     if (!file) {
+      ::close(fd);
       file = stdout;
       throw Error(fmt::format("{}: cannot open for writing: {}", f.output, std::strerror(errno)));
     }
     name = f.output;
+    if (::fstat(fd, &identity) != 0 || !S_ISREG(identity.st_mode))
+      throw Error(fmt::format("--output {} is not a regular file", f.output));
+    lock(fd, f.wait, quiet);
     truncate_before_writing = f.force && non_empty;
-    if (f.resume) {
-      JsonlContents old = read_jsonl_file(f.output);
-      starts_mid_line = old.partial_last_line;
-      for (const auto& r : old.records) {
-        auto file_it = r.find("file"), sha_it = r.find("sha256");
-        if (file_it == r.end() || !file_it->is_string()) continue;
-        const bool has_sha = sha_it != r.end() && sha_it->is_string();
-        done.insert({file_it->get<std::string>(), has_sha ? sha_it->get<std::string>() : std::string()});
-      }
-    }
+    if (f.resume) read_done(fd, quiet);
   }
 
   void truncate_if_forced() {
@@ -123,6 +180,78 @@ struct OutputFile {
     line += '\n';
     if (std::fwrite(line.data(), 1, line.size(), file) != line.size() || std::fflush(file) != 0)
       throw Error(fmt::format("{}: write failed: {}", name, std::strerror(errno)));
+  }
+
+ private:
+  void lock(int fd, bool wait, bool quiet) {
+    bool told = false;
+    while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      if (errno == EINTR) continue;
+      if (errno != EWOULDBLOCK)
+        throw Error(fmt::format("{}: cannot lock: {}", name, std::strerror(errno)));
+      const int64_t pid = flock_holder(identity);
+      const std::string holder = pid > 0 ? fmt::format(" (pid {})", pid) : "";
+      if (!wait)
+        throw OutputBusy(fmt::format("another qvl ocr is writing {}{}: try again when it has finished, or pass "
+                                     "--wait to wait for it",
+                                     name, holder));
+      if (!told && !quiet) fmt::print(stderr, "qvl ocr: waiting for another qvl ocr writing {}{}\n", name, holder);
+      told = true;
+      if (interrupted()) throw OutputBusy(fmt::format("interrupted while waiting for the lock on {}", name));
+      ::usleep(100 * 1000);
+    }
+  }
+
+  // --resume: what the file already holds. A partial last line (a killed
+  // run's cut-off record) is removed before anything is appended; a file that
+  // is not qvl's JSONL is refused rather than appended to.
+  void read_done(int fd, bool quiet) {
+    std::string text;
+    char buffer[1 << 16];
+    for (off_t at = 0;;) {
+      const ssize_t n = ::pread(fd, buffer, sizeof buffer, at);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw Error(fmt::format("{}: read error: {}", name, std::strerror(errno)));
+      if (n == 0) break;
+      text.append(buffer, size_t(n));
+      at += n;
+    }
+    auto refuse = [&](int64_t line_no) {
+      return Error(fmt::format("{}: line {} is not a qvl ocr record: refusing to append to a file that is not "
+                               "qvl ocr's JSONL (choose another --output, or --force to overwrite it)",
+                               name, line_no));
+    };
+    size_t start = 0;
+    for (int64_t line_no = 1; start < text.size(); ++line_no) {
+      const size_t newline = text.find('\n', start);
+      const size_t end = newline == std::string::npos ? text.size() : newline;
+      const std::string line = text.substr(start, end - start);
+      const nlohmann::json r = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      const bool record = r.is_object() && r.contains("file") && r["file"].is_string();
+      if (record) {
+        auto sha_it = r.find("sha256");
+        const bool has_sha = sha_it != r.end() && sha_it->is_string();
+        done.insert({r["file"].get<std::string>(), has_sha ? sha_it->get<std::string>() : std::string()});
+      }
+      if (newline == std::string::npos) {  // the last line has no newline
+        if (record) {
+          starts_mid_line = true;  // complete but for its newline: keep it
+        } else if (is_cut_record(line)) {
+          if (::ftruncate(fd, off_t(start)) != 0)
+            throw Error(fmt::format("{}: cannot remove the partial last line: {}", name, std::strerror(errno)));
+          if (!quiet)
+            fmt::print(stderr, "qvl ocr: removed the partial last line of {} ({} bytes) left by an interrupted run\n",
+                       name, line.size());
+        } else {
+          throw refuse(line_no);
+        }
+        break;
+      }
+      start = newline + 1;
+      // Blank lines are harmless; a cut-off record closed by an older qvl's --resume is skipped.
+      if (!record && line.find_first_not_of(" \t\r") != std::string::npos && !is_cut_record(line))
+        throw refuse(line_no);
+    }
   }
 };
 
@@ -189,7 +318,8 @@ struct Preparer {
       throw Error(fmt::format("{}: file is {} bytes, over the image file limit of {} bytes", path,
                               int64_t(st.st_size), limits.max_file_bytes));
     }
-    std::string bytes = read_text_file(path);
+    // Refuses a FIFO, socket or device (ocr /dev/zero) before opening it.
+    std::string bytes = read_text_file(path, limits.max_file_bytes);
     *sha256 = sha256_hex(bytes);
     return bytes;
   }
@@ -207,10 +337,13 @@ class PrefetchQueue {
     changed_.notify_all();
     return true;
   }
-  // Blocks while empty; nothing once the producer has finished and all is taken.
+  // Blocks while empty; nothing once the producer has finished and all is
+  // taken, or once Ctrl-C/SIGTERM came (a read that never ends must not keep
+  // the run alive).
   std::optional<PreparedFile> pop() {
     std::unique_lock<std::mutex> lock(mutex_);
-    changed_.wait(lock, [&] { return finished_ || !items_.empty(); });
+    while (!changed_.wait_for(lock, std::chrono::milliseconds(100), [&] { return finished_ || !items_.empty(); }))
+      if (interrupted()) return std::nullopt;
     if (items_.empty()) return std::nullopt;
     PreparedFile item = std::move(items_.front());
     items_.pop_front();
@@ -232,24 +365,45 @@ class PrefetchQueue {
   bool finished_ = false, cancelled_ = false;
 };
 
-// Runs the Preparer over all files on its own thread; stops and joins when destroyed.
+// Runs the Preparer over all files on its own thread; stops and joins when
+// destroyed. The thread owns what it uses (shared state), so that when it is
+// stuck in a read that does not return, the destructor can leave it behind
+// after a grace period instead of hanging the interrupted run.
 class Prefetcher {
  public:
-  Prefetcher(const std::vector<ScannedFile>& files, Preparer& preparer)
-      : thread_([this, &files, &preparer] {
-          for (const ScannedFile& f : files)
-            if (!queue_.push(preparer.prepare(f))) break;
-          queue_.finish();
-        }) {}
-  ~Prefetcher() {
-    queue_.cancel();
-    thread_.join();
+  Prefetcher(const std::vector<ScannedFile>& files, const Preparer& preparer)
+      : state_(std::make_shared<State>(files, preparer)) {
+    std::thread([state = state_] {
+      for (const ScannedFile& f : state->files)
+        if (!state->queue.push(state->preparer.prepare(f))) break;
+      state->queue.finish();
+      std::lock_guard<std::mutex> lock(state->mutex);
+      state->exited = true;
+      state->exit_changed.notify_all();
+    }).detach();
   }
-  std::optional<PreparedFile> next() { return queue_.pop(); }
+  ~Prefetcher() {
+    state_->queue.cancel();
+    std::unique_lock<std::mutex> lock(state_->mutex);
+    const auto grace = interrupted() ? std::chrono::seconds(2) : std::chrono::hours(24 * 365);
+    state_->exit_changed.wait_for(lock, grace, [&] { return state_->exited; });
+  }
+  std::optional<PreparedFile> next() { return state_->queue.pop(); }
 
  private:
-  PrefetchQueue queue_;
-  std::thread thread_;  // last: starts after the queue exists
+  struct State {
+    State(const std::vector<ScannedFile>& f, const Preparer& p) : files(f), preparer(p), done(*p.done) {
+      preparer.done = &done;
+    }
+    std::vector<ScannedFile> files;
+    Preparer preparer;
+    std::set<std::pair<std::string, std::string>> done;
+    PrefetchQueue queue;
+    std::mutex mutex;
+    std::condition_variable exit_changed;
+    bool exited = false;
+  };
+  std::shared_ptr<State> state_;
 };
 
 // ---------------------------------------------------------------------------
@@ -528,16 +682,52 @@ class OcrRun {
   bool told_interrupt_ = false;
 };
 
+// Each path once (the same path given twice, or found by two folder
+// arguments, gets one record), and never the output file itself.
+std::vector<ScannedFile> unique_inputs(std::vector<ScannedFile> files, const OutputFile& out, bool quiet) {
+  std::set<std::string> seen, told;
+  std::vector<ScannedFile> kept;
+  for (ScannedFile& file : files) {
+    if (out.is(file.path)) {
+      if (!quiet) fmt::print(stderr, "qvl ocr: skipping {}: it is the --output file\n", file.path);
+      continue;
+    }
+    if (!seen.insert(file.path).second) {
+      if (told.insert(file.path).second && !quiet)
+        fmt::print(stderr, "qvl ocr: {} is given more than once: it gets one record\n", file.path);
+      continue;
+    }
+    kept.push_back(std::move(file));
+  }
+  return kept;
+}
+
 int run_ocr(const OcrFlags& f) {
   const auto t_start = Clock::now();
-  // Everything that can fail cheaply fails before the model loads.
-  OutputFile out;
-  out.open(f);
-  SessionOptions session_options = make_session_options(f.model);
-  const std::vector<ScannedFile> files = collect_inputs(f);
-
+  // Everything that can fail cheaply fails before the model loads. The paths
+  // come first (stdin for "-"): until they are read, Ctrl-C and SIGTERM end
+  // qvl the default way; from then on they finish the files started.
+  std::vector<ScannedFile> files = collect_inputs(f);
   install_interrupt_handler();
   std::signal(SIGTERM, on_sigterm);
+  OutputFile out;
+  try {
+    out.open(f, f.model.quiet);
+  } catch (const OutputBusy& e) {
+    fmt::print(stderr, "qvl: error: {}\n", e.what());
+    return interrupted() ? kInterrupted : kBusy;
+  }
+  SessionOptions session_options = make_session_options(f.model);
+  check_prompt_length(ocr_turn(f, ""), f.model.max_context);
+  files = unique_inputs(std::move(files), out, f.model.quiet);
+  if (files.empty()) {
+    if (!f.model.quiet)
+      fmt::print(stderr, "qvl ocr: no image files found in {} (folders give their files named {}{})\n",
+                 fmt::join(f.inputs, " "), f.glob.empty() ? "*.png, *.jpg or *.jpeg" : f.glob,
+                 f.recursive ? "" : "; --recursive descends into subfolders");
+    return kOk;
+  }
+
   Session session(session_options);
   SamplingOptions sampling = make_sampling(f.sampling, session.generation_config());
   if (!f.sampling.temperature) sampling.greedy = true;  // OCR wants the most likely reading
@@ -589,8 +779,11 @@ void register_ocr(CLI::App& app, int& exit_code) {
   CLI::Option* resume =
       cmd->add_flag("--resume", f->resume, "Append to --output, skipping files already in it (same path and sha256)");
   CLI::Option* force = cmd->add_flag("--force", f->force, "Overwrite a non-empty --output");
+  CLI::Option* wait = cmd->add_flag(
+      "--wait", f->wait, "When another qvl ocr is writing --output, wait for it to finish instead of exiting 75");
   resume->needs(output);
   resume->excludes(force);
+  wait->needs(output);
   cmd->add_option("-b,--batch", f->batch,
                   "Files answered together: their decoding shares each read of the weights, so throughput grows "
                   "with the batch (each running file holds its own KV cache)")

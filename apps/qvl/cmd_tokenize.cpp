@@ -114,7 +114,7 @@ void register_tokenize(CLI::App& app, int& exit_code) {
   cmd->add_option("--bench", opts->bench_file, "Time encoding the text of FILE; MB/s on stderr")
       ->check(CLI::ExistingFile);
   cmd->add_option("--bench-bytes", opts->bench_bytes, "Time encoding N bytes of made-up English/Chinese text")
-      ->check(CLI::PositiveNumber);
+      ->check(integer_in(1, int64_t(1) << 34));
   CLI::Option* text = cmd->add_option("text", opts->text, "Text to tokenize, or - to read it from stdin");
   cmd->callback([opts, text, &exit_code] {
     run_tokenize(*opts, text->count() > 0);

@@ -13,6 +13,7 @@ enum ExitCode : int {
   kError = 1,        // bad input, missing model, I/O failure
   kUsage = 2,        // wrong flags (CLI11)
   kSomeFailed = 3,   // ocr: at least one file got an error record
+  kBusy = 75,        // ocr: another run holds the lock on --output (EX_TEMPFAIL: try again later)
   kInterrupted = 130,
 };
 
@@ -32,6 +33,16 @@ struct ModelOptions {
   bool verbose = false;
 };
 void add_model_options(CLI::App* cmd, ModelOptions& opts);
+
+// Flag checks that run while the command line is parsed (usage errors, exit 2,
+// before anything loads), with messages in words ("must be ≥ 1") rather than
+// CLI11's ranges of 309-digit numbers.
+CLI::Validator integer_in(int64_t lo, int64_t hi);   // a whole number in [lo, hi]
+CLI::Validator unsigned_integer();                   // digits only: 0 .. 2^64-1 (no "-1" wrapping round)
+// A finite number; lo/hi bound it, open or closed.
+CLI::Validator number_in(double lo, bool lo_open, double hi, bool hi_open);
+CLI::Validator thread_count();                       // 0 (every core) .. 4 x the usable cores
+int usable_cpu_count();                              // cores this process may run on
 // Resolves --model/$QVL_MODEL and checks the folder looks like a model; throws
 // qvl::Error with download instructions when it does not.
 std::string resolve_model_dir(const ModelOptions& opts);

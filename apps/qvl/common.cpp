@@ -3,24 +3,133 @@
 #include <fmt/core.h>
 #include <signal.h>
 
+#include <sched.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
 #include <iterator>
+#include <limits>
+#include <thread>
 
 #include "qvl/error.h"
+#include "qvl/text/chat.h"
 
 namespace qvl::app {
 
+namespace {
+
+std::string trimmed(const std::string& s) {
+  const size_t a = s.find_first_not_of(" \t"), b = s.find_last_not_of(" \t");
+  return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
+}
+
+// Whole numbers only: "12", "-3"; not "1e3", "0x10", "12abc" or "".
+bool parse_integer(const std::string& text, int64_t* out) {
+  const std::string s = trimmed(text);
+  if (s.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (errno != 0 || end != s.c_str() + s.size()) return false;
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+CLI::Validator integer_in(int64_t lo, int64_t hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& value) -> std::string {
+        int64_t v = 0;
+        if (!parse_integer(value, &v)) return "'" + value + "' is not a whole number";
+        if (v < lo) return fmt::format("must be ≥ {} (got {})", lo, value);
+        if (v > hi) return fmt::format("must be ≤ {} (got {})", hi, value);
+        return "";
+      },
+      fmt::format("INT in [{}, {}]", lo, hi));
+}
+
+CLI::Validator unsigned_integer() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        const std::string s = trimmed(value);
+        if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
+          return "'" + value + "' is not a whole number ≥ 0";
+        errno = 0;
+        std::strtoull(s.c_str(), nullptr, 10);
+        if (errno == ERANGE) return "'" + value + "' is too large (at most 18446744073709551615)";
+        return "";
+      },
+      "UINT");
+}
+
+CLI::Validator number_in(double lo, bool lo_open, double hi, bool hi_open) {
+  auto bound = [](double v) { return std::isinf(v) ? std::string() : fmt::format("{}", v); };
+  std::string range;
+  if (!std::isinf(lo) && !std::isinf(hi))
+    range = fmt::format("in {}{}, {}{}", lo_open ? "(" : "[", bound(lo), bound(hi), hi_open ? ")" : "]");
+  else if (!std::isinf(lo))
+    range = fmt::format("{} {}", lo_open ? ">" : "≥", bound(lo));
+  else if (!std::isinf(hi))
+    range = fmt::format("{} {}", hi_open ? "<" : "≤", bound(hi));
+  return CLI::Validator(
+      [=](std::string& value) -> std::string {
+        const std::string s = trimmed(value);
+        errno = 0;
+        char* end = nullptr;
+        const double v = s.empty() ? 0 : std::strtod(s.c_str(), &end);
+        if (s.empty() || end != s.c_str() + s.size() || errno == ERANGE || !std::isfinite(v))
+          return "'" + value + "' is not a finite number";
+        const bool below = lo_open ? !(v > lo) : !(v >= lo);
+        const bool above = hi_open ? !(v < hi) : !(v <= hi);
+        if (below || above) return fmt::format("must be {} (got {})", range, value);
+        return "";
+      },
+      range.empty() ? "NUMBER" : "NUMBER " + range);
+}
+
+int usable_cpu_count() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return std::max(1, int(std::thread::hardware_concurrency()));
+}
+
+CLI::Validator thread_count() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        int64_t v = 0;
+        if (!parse_integer(value, &v) || v < 0) return "'" + value + "' is not a whole number ≥ 0 (0: every core)";
+        const int cores = usable_cpu_count();
+        // More threads than cores only make them wait for each other; thousands exhaust memory.
+        if (v > int64_t(4) * cores)
+          return fmt::format("{} is more than 4 × the {} core{} this process may use (at most {})", value, cores,
+                             cores == 1 ? "" : "s", 4 * cores);
+        return "";
+      },
+      "INT (0: every core)");
+}
+
 void add_sampling_options(CLI::App* cmd, SamplingFlags& f) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
   cmd->add_flag("--greedy", f.greedy, "Always take the most likely token (deterministic)");
-  cmd->add_option("--temperature", f.temperature, "Sampling temperature (default: generation_config.json)");
-  cmd->add_option("--top-k", f.top_k, "Keep the k most likely tokens (0: off)");
-  cmd->add_option("--top-p", f.top_p, "Keep the smallest set of tokens with this probability mass");
-  cmd->add_option("--repetition-penalty", f.repetition_penalty, "Penalize tokens already in the context (1: off)");
-  cmd->add_option("--presence-penalty", f.presence_penalty, "Subtract from tokens already generated (0: off)");
-  cmd->add_option("--seed", f.seed, "Random seed for sampling")->capture_default_str();
+  cmd->add_option("--temperature", f.temperature, "Sampling temperature; 0: greedy (default: generation_config.json)")
+      ->check(number_in(0, false, kInf, true));
+  cmd->add_option("--top-k", f.top_k, "Keep the k most likely tokens (0: off)")
+      ->check(integer_in(0, std::numeric_limits<int32_t>::max()));
+  cmd->add_option("--top-p", f.top_p, "Keep the smallest set of tokens with this probability mass")
+      ->check(number_in(0, true, 1, false));
+  cmd->add_option("--repetition-penalty", f.repetition_penalty, "Penalize tokens already in the context (1: off)")
+      ->check(number_in(0, true, kInf, true));
+  cmd->add_option("--presence-penalty", f.presence_penalty, "Subtract from tokens already generated (0: off)")
+      ->check(number_in(-kInf, true, kInf, true));
+  cmd->add_option("--seed", f.seed, "Random seed for sampling")->check(unsigned_integer())->capture_default_str();
   cmd->add_option("-n,--max-new-tokens", f.max_new_tokens, "Most tokens to generate")
-      ->check(CLI::PositiveNumber)
+      ->check(integer_in(1, std::numeric_limits<int32_t>::max()))
       ->capture_default_str();
 }
 
@@ -74,6 +183,15 @@ void install_interrupt_handler(bool interrupt_blocking_reads) {
 }
 bool interrupted() { return g_interrupted.load(); }
 void clear_interrupt() { g_interrupted = false; }
+
+void check_prompt_length(const std::vector<Message>& messages, int64_t max_context) {
+  const int64_t bytes = text_bytes(messages);
+  const int64_t at_least = bytes / kMaxBytesPerToken;
+  if (at_least + 1 > max_context)
+    throw Error(fmt::format("the text is {} bytes, at least {} tokens: more than the context limit of {} tokens "
+                            "(--max-context); shorten it",
+                            bytes, at_least, max_context));
+}
 
 std::string read_stdin() {
   std::ios::sync_with_stdio(false);

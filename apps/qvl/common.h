@@ -31,6 +31,11 @@ void install_interrupt_handler(bool interrupt_blocking_reads = false);
 bool interrupted();
 void clear_interrupt();
 
+// Throws qvl::Error, before anything is tokenized, when the messages' text is
+// so long that even at kMaxBytesPerToken bytes a token it cannot fit in
+// max_context tokens.
+void check_prompt_length(const std::vector<Message>& messages, int64_t max_context);
+
 // Reads all of stdin (for "-" arguments).
 std::string read_stdin();
 

@@ -1,15 +1,20 @@
 // qvl: ask questions about images with Qwen3-VL on a CPU.
 #include <fmt/core.h>
-
-#include <CLI/CLI.hpp>
-#include <cstdlib>
+#include <fmt/ranges.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "commands.h"
 #include "qvl/error.h"
+#include "qvl/kernels/cpu.h"
 
 namespace qvl::app {
 
@@ -17,7 +22,8 @@ static const char* kDefaultModelDir = "models/Qwen3-VL-2B-Instruct";
 
 void add_model_options(CLI::App* cmd, ModelOptions& o) {
   cmd->add_option("--model", o.model_dir, "Model folder (default: $QVL_MODEL or models/Qwen3-VL-2B-Instruct)");
-  cmd->add_option("--threads", o.threads, "Worker threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--threads", o.threads, "Worker threads (default: all cores; at most 4 x the cores)")
+      ->check(thread_count());
   cmd->add_option("--dtype", o.dtype, "Compute dtype (bf16 is fast; f32 matches the reference exactly)")
       ->check(CLI::IsMember({"bf16", "f32"}))
       ->capture_default_str();
@@ -28,15 +34,19 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
       ->check(CLI::IsMember({"none", "int8"}))
       ->capture_default_str();
   cmd->add_option("--max-context", o.max_context, "Context limit in tokens (KV cache size)")
-      ->check(CLI::PositiveNumber)
+      ->check(integer_in(1, int64_t(1) << 30))
       ->capture_default_str();
   cmd->add_option("--max-memory", o.max_memory_mb,
                   "Refuse to start (or to encode an image) when the estimate exceeds this many MB "
                   "(default: the memory available now)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--min-pixels", o.min_pixels, "Smallest resized image area (default: preprocessor_config.json)");
-  cmd->add_option("--max-pixels", o.max_pixels, "Largest resized image area (default: preprocessor_config.json)");
-  cmd->add_option("--max-side", o.max_side, "Shortcut: largest resized area is max-side squared");
+      ->check(integer_in(0, int64_t(1) << 40));
+  // The same bound as preprocessor_config.json's (model/config.cpp): 2^28 pixels, 16384 squared.
+  cmd->add_option("--min-pixels", o.min_pixels, "Smallest resized image area (default: preprocessor_config.json)")
+      ->check(integer_in(1, int64_t(1) << 28));
+  cmd->add_option("--max-pixels", o.max_pixels, "Largest resized image area (default: preprocessor_config.json)")
+      ->check(integer_in(1, int64_t(1) << 28));
+  cmd->add_option("--max-side", o.max_side, "Shortcut: largest resized area is max-side squared")
+      ->check(integer_in(1, 16384));
   cmd->add_flag("-q,--quiet", o.quiet, "Print only results");
   cmd->add_flag("-v,--verbose", o.verbose, "Print timings and counters on stderr");
 }
@@ -102,7 +112,15 @@ int main(int argc, char** argv) {
   restart_f32_runs_with_passive_openmp(argc, argv);
   CLI::App app{"qvl - ask Qwen3-VL about images, on a CPU"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("qvl ") + QVL_VERSION);
+  // The CPU tier is chosen once, here, so a bad QVL_ISA is reported before any work.
+  std::string tier;
+  try {
+    tier = qvl::kernels::isa_description();
+  } catch (const qvl::Error& e) {
+    fmt::print(stderr, "qvl: error: {}\n", e.what());
+    return kError;
+  }
+  app.set_version_flag("--version", fmt::format("qvl {}\nkernels: {}", QVL_VERSION, tier));
   int exit_code = kOk;
   register_tokenize(app, exit_code);
   register_preprocess(app, exit_code);
@@ -112,10 +130,33 @@ int main(int argc, char** argv) {
   register_ocr(app, exit_code);
   register_chat(app, exit_code);
   register_bench(app, exit_code);
+  // `qvl help [COMMAND]` and `qvl version` are what people type: the flags they mean.
+  std::vector<std::string> args(argv, argv + argc);
+  if (args.size() >= 2 && args[1] == "help") {
+    args.erase(args.begin() + 1);
+    args.push_back("--help");
+  } else if (args.size() == 2 && args[1] == "version") {
+    args[1] = "--version";
+  }
+  std::vector<char*> arg_pointers;
+  for (std::string& a : args) arg_pointers.push_back(a.data());
   try {
-    app.parse(argc, argv);
+    app.parse(int(arg_pointers.size()), arg_pointers.data());
   } catch (const CLI::ParseError& e) {
     // --help/--version exit 0; every usage mistake exits kUsage, as documented.
+    if (e.get_exit_code() != 0 && app.get_subcommands().empty()) {
+      // No command chosen ("qvl --bogus", "qvl"): say which there are.
+      std::vector<std::string> names;
+      for (const CLI::App* sub : app.get_subcommands({}))
+        if (!sub->get_group().empty()) names.push_back(sub->get_name());
+      std::string what = e.what();
+      if (args.size() >= 2 && !args[1].empty())
+        what = args[1][0] == '-' ? fmt::format("unknown option '{}' (a command comes first)", args[1])
+                                 : fmt::format("'{}' is not a qvl command", args[1]);
+      fmt::print(stderr, "qvl: {}\nqvl: the commands are {}; `qvl COMMAND --help` describes one, `qvl --help` all\n",
+                 what, fmt::join(names, ", "));
+      return kUsage;
+    }
     const int code = app.exit(e);
     return code == 0 ? kOk : kUsage;
   } catch (const qvl::Error& e) {
@@ -123,6 +164,14 @@ int main(int argc, char** argv) {
     return kError;
   } catch (const std::exception& e) {
     fmt::print(stderr, "qvl: error: {}\n", e.what());
+    return kError;
+  }
+  // Results go to stdout: losing them (a full disk, a closed pipe) is an error,
+  // whatever the command, not a success.
+  errno = 0;
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    const int e = errno;
+    fmt::print(stderr, "qvl: error: cannot write the results to stdout{}{}\n", e ? ": " : "", e ? std::strerror(e) : "");
     return kError;
   }
   return exit_code;

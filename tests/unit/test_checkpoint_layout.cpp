@@ -80,9 +80,32 @@ TEST_CASE("validate_checkpoint names the first tensor the config disagrees with"
           "[64,32]");
   }
   SUBCASE("the 2B config") {
+    // More layers than the checkpoint holds is told first, from the names alone.
     const std::string err = validation_error(ck, load_model_config(test::data_path("qwen3-vl-2b")));
-    CHECK(err.find("'model.language_model.embed_tokens.weight'") != std::string::npos);
-    CHECK(err.find("[151936,2048]") != std::string::npos);
+    CHECK(err == "config.json says num_hidden_layers 28 but the checkpoint holds 4 text layers");
+    auto j = nlohmann::json::parse(read_text_file(test::data_path("qwen3-vl-2b/config.json")));
+    j["text_config"]["num_hidden_layers"] = 4;
+    j["vision_config"]["depth"] = 5;
+    j["vision_config"]["deepstack_visual_indexes"] = {1, 2, 3};
+    const std::string shape_err = validation_error(ck, config_from(j));
+    CHECK(shape_err.find("'model.language_model.embed_tokens.weight'") != std::string::npos);
+    CHECK(shape_err.find("[151936,2048]") != std::string::npos);
+  }
+  SUBCASE("absurd layer counts fail from the names, before the expected list is built") {
+    auto j = tiny_config_json();
+    j["text_config"]["num_hidden_layers"] = 1000000000;
+    CHECK(validation_error(ck, config_from(j)) ==
+          "config.json says num_hidden_layers 1000000000 but the checkpoint holds 4 text layers");
+    j = tiny_config_json();
+    j["vision_config"]["depth"] = 1000000;
+    CHECK(validation_error(ck, config_from(j)) ==
+          "config.json says vision_config.depth 1000000 but the checkpoint holds 5 vision blocks");
+  }
+  SUBCASE("a dtype label that disagrees with config.json") {
+    auto j = tiny_config_json();
+    j["text_config"]["dtype"] = "float16";
+    CHECK(validation_error(ck, config_from(j)).find("is labelled BF16 but config.json says float16") !=
+          std::string::npos);
   }
   SUBCASE("untied output projection: lm_head.weight is missing") {
     auto j = tiny_config_json();

@@ -276,7 +276,17 @@ TEST_CASE("tokenizer: clear errors") {
             .find("/nonexistent/model/tokenizer.json") != std::string::npos);
   CHECK(error_of([] { qwen_tokenizer().encode("ok \xFF bad"); }).find("not valid UTF-8 (byte 3") !=
         std::string::npos);
-  CHECK(error_of([] { Tokenizer::parse("{not json", "broken.json"); }).find("broken.json: invalid JSON") == 0);
+  // In our words: the file, the place, what was there; not nlohmann's "[json.exception...]".
+  const std::string garbage = error_of([] { Tokenizer::parse("{\"a\": 1,\n  not json", "broken.json"); });
+  CHECK(garbage.find("broken.json: not valid JSON at line 2, column 4") == 0);
+  CHECK(garbage.find("json.exception") == std::string::npos);
+  CHECK(error_of([] { Tokenizer::parse("{\"a\": [1, 2", "cut.json"); }).find("cut.json: not valid JSON: the file ends before the JSON does") !=
+        std::string::npos);
+  json wrong_type = json::parse(tiny_tokenizer_json({}));
+  wrong_type["added_tokens"] = json::array({{{"id", "seven"}, {"content", "x"}}});
+  const std::string typed = error_of([&] { Tokenizer::parse(wrong_type.dump(), "typed.json"); });
+  CHECK(typed.find("typed.json: ") == 0);
+  CHECK(typed.find("json.exception") == std::string::npos);
 
   json other_split = json::parse(tiny_tokenizer_json({}));
   other_split["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\s+";

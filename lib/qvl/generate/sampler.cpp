@@ -28,11 +28,29 @@ int32_t argmax(const float* logits, int64_t n) {
   return int32_t(best);
 }
 
+void check_logits_finite(const float* logits, int64_t n) {
+  // x * 0 is 0 for every finite x and NaN for NaN and ±Inf: one pass without branches.
+  float sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += logits[i] * 0.0f;
+  if (std::isfinite(sum)) return;
+  int64_t nan = 0, inf = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(logits[i])) nan += 1;
+    else if (std::isinf(logits[i])) inf += 1;
+  }
+  throw Error("the model produced " + std::to_string(nan) + " NaN and " + std::to_string(inf) +
+              " infinite logits: the checkpoint contains NaN or Inf (or is corrupt: check the download, and that "
+              "its dtype labels are right)");
+}
+
 Sampler::Sampler(const SamplingOptions& options) : opt_(options), rng_(options.seed) {
-  if (!opt_.greedy && !(opt_.temperature > 0)) throw Error("temperature must be > 0 (use --greedy for argmax)");
-  if (opt_.top_p <= 0 || opt_.top_p > 1) throw Error("top-p must be in (0, 1]");
+  if (!opt_.greedy && !(opt_.temperature > 0 && std::isfinite(opt_.temperature)))
+    throw Error("temperature must be > 0 and finite (use --greedy for argmax)");
+  if (!(opt_.top_p > 0 && opt_.top_p <= 1)) throw Error("top-p must be in (0, 1]");
   if (opt_.top_k < 0) throw Error("top-k must be >= 0");
-  if (opt_.repetition_penalty <= 0) throw Error("repetition penalty must be > 0");
+  if (!(opt_.repetition_penalty > 0 && std::isfinite(opt_.repetition_penalty)))
+    throw Error("repetition penalty must be > 0 and finite");
+  if (!std::isfinite(opt_.presence_penalty)) throw Error("presence penalty must be finite");
 }
 
 bool Sampler::is_eos(int32_t id) const {
@@ -41,6 +59,7 @@ bool Sampler::is_eos(int32_t id) const {
 
 int32_t Sampler::next(float* logits, int64_t vocab, const std::vector<int32_t>& context,
                       const std::vector<int32_t>& generated) {
+  check_logits_finite(logits, vocab);
   if (opt_.repetition_penalty != 1.0) {
     // Each distinct seen token once: positive logits shrink, negative grow.
     std::unordered_set<int32_t> seen(context.begin(), context.end());

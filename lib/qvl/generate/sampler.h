@@ -44,4 +44,9 @@ class Sampler {
 
 int32_t argmax(const float* logits, int64_t n);
 
+// Throws qvl::Error, naming the likely cause, when the logits hold a NaN or an
+// infinity: no token can be chosen from them, and what argmax would pick is
+// garbage. Sampler::next checks every step with it.
+void check_logits_finite(const float* logits, int64_t n);
+
 }  // namespace qvl

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "qvl/error.h"
+#include "qvl/io/mapped_file.h"
 #include "qvl/image/format_decoders.h"
 #include "qvl/image/orientation.h"
 
@@ -81,11 +82,12 @@ RgbImage decode_image(const uint8_t* data, size_t size, const std::string& name,
 }
 
 RgbImage decode_image_file(const std::string& path, const ImageLimits& limits) {
-  FileDescriptor file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (file.fd < 0) throw Error(fmt::format("{}: cannot open image: {}", path, std::strerror(errno)));
   struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw Error(fmt::format("{}: cannot open image: {}", path, std::strerror(errno)));
+  // A FIFO, socket or device is refused before anything opens it for reading.
+  FileDescriptor file{open_regular_file(path)};
   if (::fstat(file.fd, &st) != 0) throw Error(fmt::format("{}: cannot stat image: {}", path, std::strerror(errno)));
-  if (!S_ISREG(st.st_mode)) throw Error(fmt::format("{}: not a regular file", path));
   if (st.st_size > limits.max_file_bytes)
     throw Error(fmt::format("{}: file is {} bytes, over the image file limit of {} bytes", path,
                             int64_t(st.st_size), limits.max_file_bytes));

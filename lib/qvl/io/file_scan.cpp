@@ -82,7 +82,8 @@ bool has_image_extension(const std::string& file_name) {
 
 bool scan_takes(const std::string& file_name, const ScanOptions& options) {
   if (options.glob.empty()) return has_image_extension(file_name);
-  return ::fnmatch(options.glob.c_str(), file_name.c_str(), 0) == 0;
+  // In any case, as the default extensions are: --glob '*.PNG' takes a.png too.
+  return ::fnmatch(options.glob.c_str(), file_name.c_str(), FNM_CASEFOLD) == 0;
 }
 
 std::vector<ScannedFile> expand_inputs(const std::vector<std::string>& inputs, const ScanOptions& options) {

@@ -9,7 +9,7 @@ namespace qvl {
 
 struct ScanOptions {
   bool recursive = false;  // descend into subdirectories (at their place in the sorted order)
-  std::string glob;        // "": take image extensions; else fnmatch(3) on the file name instead
+  std::string glob;        // "": take image extensions; else fnmatch(3) on the file name, ignoring case
 };
 
 struct ScannedFile {

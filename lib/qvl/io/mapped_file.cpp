@@ -7,26 +7,64 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "qvl/error.h"
 
 namespace qvl {
 
-MappedFile::MappedFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+std::string non_regular_kind(unsigned mode) {
+  if (S_ISREG(mode)) return "";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISDIR(mode)) return "a directory";
+  return "not a regular file";
+}
+
+namespace {
+
+[[noreturn]] void refuse(const std::string& path, unsigned mode) {
+  const std::string kind = non_regular_kind(mode);
+  throw Error(path + ": not a regular file" + (kind == "not a regular file" ? "" : " (" + kind + ")"));
+}
+
+}  // namespace
+
+void require_regular_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw Error(path + ": cannot open: " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) refuse(path, st.st_mode);
+}
+
+int open_regular_file(const std::string& path) {
+  require_regular_file(path);
+  // O_NONBLOCK: should the path have become a FIFO since stat(), open() must not wait for a writer.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
-    int e = errno;
+    const int e = errno;
     ::close(fd);
     throw Error(path + ": cannot stat: " + std::strerror(e));
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw Error(path + ": not a regular file");
+    refuse(path, st.st_mode);
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  return fd;
+}
+
+MappedFile::MappedFile(const std::string& path) : path_(path) {
+  const int fd = open_regular_file(path);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    throw Error(path + ": cannot stat: " + std::strerror(e));
   }
   size_ = static_cast<size_t>(st.st_size);
   if (size_ > 0) {
@@ -63,13 +101,34 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   return *this;
 }
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open: " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error(path + ": read error");
-  return ss.str();
+std::string read_text_file(const std::string& path, int64_t max_bytes) {
+  const int fd = open_regular_file(path);
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && st.st_size > max_bytes) {
+    ::close(fd);
+    throw Error(path + ": file is " + std::to_string(int64_t(st.st_size)) + " bytes, over the limit of " +
+                std::to_string(max_bytes) + " bytes");
+  }
+  std::string text;
+  text.reserve(size_t(st.st_size));
+  char buffer[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int e = errno;
+      ::close(fd);
+      throw Error(path + ": read error: " + std::strerror(e));
+    }
+    if (n == 0) break;
+    if (int64_t(text.size()) + n > max_bytes) {  // the file grew while we read it
+      ::close(fd);
+      throw Error(path + ": file is over the limit of " + std::to_string(max_bytes) + " bytes");
+    }
+    text.append(buffer, size_t(n));
+  }
+  ::close(fd);
+  return text;
 }
 
 }  // namespace qvl

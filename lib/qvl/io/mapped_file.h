@@ -27,7 +27,26 @@ class MappedFile {
   size_t size_ = 0;
 };
 
-// Reads a whole (small) file into a string; throws qvl::Error naming the path.
-std::string read_text_file(const std::string& path);
+// Every file qvl reads goes through these two, so that a FIFO, a socket or a
+// device is refused before anything opens it for reading (opening a FIFO
+// blocks until a writer comes; /dev/zero never ends).
+
+// "a FIFO", "a socket", "a character device", "a block device", "a directory",
+// "not a regular file" for anything else; "" for a regular file.
+std::string non_regular_kind(unsigned mode);
+
+// Throws qvl::Error "PATH: not a regular file (a FIFO)" unless PATH (symbolic
+// links followed) is a regular file; a missing file throws "cannot open".
+void require_regular_file(const std::string& path);
+
+// A descriptor open for reading on a regular file, or qvl::Error. The type is
+// checked with stat() first and again with fstat() on a non-blocking open, so
+// a file swapped for a FIFO in between cannot block either. The caller closes it.
+int open_regular_file(const std::string& path);
+
+// Reads a whole (small) regular file into a string; throws qvl::Error naming
+// the path, also when the file is larger than max_bytes.
+constexpr int64_t kMaxTextFileBytes = int64_t(1) << 30;
+std::string read_text_file(const std::string& path, int64_t max_bytes = kMaxTextFileBytes);
 
 }  // namespace qvl

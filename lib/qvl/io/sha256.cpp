@@ -1,6 +1,7 @@
 #include "qvl/io/sha256.h"
 
 #include <openssl/evp.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "qvl/error.h"
+#include "qvl/io/mapped_file.h"
 
 namespace qvl {
 
@@ -56,8 +58,12 @@ std::string sha256_hex(const void* data, size_t size) {
 std::string sha256_hex(const std::string& bytes) { return sha256_hex(bytes.data(), bytes.size()); }
 
 std::string sha256_file_hex(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw Error(path + ": cannot open: " + std::strerror(errno));
+  const int fd = open_regular_file(path);  // never a FIFO or a device
+  std::FILE* f = ::fdopen(fd, "rb");
+  if (!f) {
+    ::close(fd);
+    throw Error(path + ": cannot open: " + std::strerror(errno));
+  }
   Sha256 h;
   std::vector<char> buffer(1 << 16);
   size_t n;

@@ -1,5 +1,6 @@
 #include "qvl/model/checkpoint_layout.h"
 
+#include <algorithm>
 #include <set>
 
 #include "qvl/error.h"
@@ -103,7 +104,77 @@ std::vector<ExpectedTensor> expected_tensors(const ModelConfig& cfg) {
   return b.take();
 }
 
+namespace {
+
+// How many numbered blocks under `prefix` ("model.visual.blocks.") the
+// checkpoint holds: one more than the largest index seen.
+int64_t blocks_present(const std::vector<std::string>& names, const std::string& prefix) {
+  int64_t count = 0;
+  for (const std::string& name : names) {
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    int64_t index = 0;
+    size_t i = prefix.size();
+    for (; i < name.size() && i < prefix.size() + 9 && name[i] >= '0' && name[i] <= '9'; ++i)
+      index = index * 10 + (name[i] - '0');
+    if (i > prefix.size() && i < name.size() && name[i] == '.') count = std::max(count, index + 1);
+  }
+  return count;
+}
+
+const char* torch_dtype_name(DType t) {
+  switch (t) {
+    case DType::BF16: return "bfloat16";
+    case DType::F16: return "float16";
+    case DType::F32: return "float32";
+    default: return "";
+  }
+}
+
+// Sizes in config.json that would make the expected-tensor list itself huge
+// (a billion layers) are compared with what the checkpoint holds first, with
+// arithmetic only, so a bad config fails at once instead of allocating.
+void check_counts(const std::vector<std::string>& names, const ModelConfig& cfg) {
+  const int64_t text_layers = blocks_present(names, "model.language_model.layers.");
+  if (cfg.text.num_hidden_layers > text_layers)
+    throw Error("config.json says num_hidden_layers " + std::to_string(cfg.text.num_hidden_layers) +
+                " but the checkpoint holds " + std::to_string(text_layers) + " text layers");
+  const int64_t vision_blocks = blocks_present(names, "model.visual.blocks.");
+  if (cfg.vision.depth > vision_blocks)
+    throw Error("config.json says vision_config.depth " + std::to_string(cfg.vision.depth) +
+                " but the checkpoint holds " + std::to_string(vision_blocks) + " vision blocks");
+  const int64_t mergers = blocks_present(names, "model.visual.deepstack_merger_list.");
+  if (int64_t(cfg.vision.deepstack_visual_indexes.size()) > mergers)
+    throw Error("config.json lists " + std::to_string(cfg.vision.deepstack_visual_indexes.size()) +
+                " deepstack_visual_indexes but the checkpoint holds " + std::to_string(mergers) +
+                " deepstack mergers");
+}
+
+// One 16-bit float type throughout, and the one config.json names: BF16 bytes
+// read as F16 (or the reverse) give garbage, not an error, so a label that
+// disagrees is refused. float32 tensors are always fine (an upcast export).
+void check_dtypes(const Checkpoint& ckpt, const std::vector<std::string>& names, const ModelConfig& cfg) {
+  const TensorView* first_half = nullptr;
+  for (const std::string& name : names) {
+    const TensorView* t = ckpt.find(name);
+    if (!t || (t->dtype != DType::BF16 && t->dtype != DType::F16)) continue;
+    if (!first_half) {
+      first_half = t;
+      if ((cfg.weights_dtype == "bfloat16" || cfg.weights_dtype == "float16") &&
+          cfg.weights_dtype != torch_dtype_name(t->dtype))
+        throw Error("checkpoint tensor '" + name + "' is labelled " + dtype_name(t->dtype) + " but config.json says " +
+                    cfg.weights_dtype + ": the checkpoint is mislabelled or corrupt");
+    } else if (t->dtype != first_half->dtype) {
+      throw Error("checkpoint tensor '" + name + "' is labelled " + dtype_name(t->dtype) + " but '" + first_half->name +
+                  "' is " + dtype_name(first_half->dtype) + ": the checkpoint is mislabelled or corrupt");
+    }
+  }
+}
+
+}  // namespace
+
 void validate_checkpoint(const Checkpoint& ckpt, const ModelConfig& cfg) {
+  const std::vector<std::string> names = ckpt.names();
+  check_counts(names, cfg);
   const std::vector<ExpectedTensor> expected = expected_tensors(cfg);
   std::set<std::string> expected_names;
   for (const ExpectedTensor& e : expected) {
@@ -119,9 +190,10 @@ void validate_checkpoint(const Checkpoint& ckpt, const ModelConfig& cfg) {
       throw Error("checkpoint tensor '" + e.name + "' has dtype " + dtype_name(t->dtype) +
                   ", expected BF16, F16 or F32");
   }
+  check_dtypes(ckpt, names, cfg);
   // A surplus tensor means the config describes a smaller model than the
   // weights (fewer layers, no deepstack...): running it would silently be wrong.
-  for (const std::string& name : ckpt.names()) {
+  for (const std::string& name : names) {
     if (expected_names.count(name)) continue;
     if (name == "lm_head.weight" && cfg.text.tie_word_embeddings) continue;
     throw Error("checkpoint tensor '" + name + "' is not part of the model config.json describes (" +

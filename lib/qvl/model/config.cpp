@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <utility>
@@ -79,6 +80,12 @@ void require_positive(int64_t v, const char* key, const std::string& source) {
     throw Error(source + ": field '" + std::string(key) + "' must be positive and at most " + std::to_string(kMaxSize));
 }
 
+std::string number_text(double v) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%g", v);
+  return buffer;
+}
+
 bool exists(const std::string& p) {
   struct stat st {};
   return ::stat(p.c_str(), &st) == 0;
@@ -138,6 +145,18 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     read(*it, "rope_type", &type, source);
     if (type != "default") throw Error(source + ": rope_type '" + type + "' is not supported");
   }
+  // Values that cannot give an answer: a zero or negative epsilon divides by
+  // zero in every norm, a zero theta makes every rotation NaN.
+  if (!(tc.rms_norm_eps > 0 && tc.rms_norm_eps < 1))
+    throw Error(source + ": rms_norm_eps " + number_text(tc.rms_norm_eps) + " is out of range (0, 1)");
+  if (!(tc.rope_theta > 0 && std::isfinite(tc.rope_theta)))
+    throw Error(source + ": rope_theta " + number_text(tc.rope_theta) + " must be positive");
+  for (const json* scope : {static_cast<const json*>(&j), &t})
+    for (const char* key : {"torch_dtype", "dtype"})
+      if (c.weights_dtype.empty()) read(*scope, key, &c.weights_dtype, source);
+  if (!c.weights_dtype.empty() && c.weights_dtype != "bfloat16" && c.weights_dtype != "float16" &&
+      c.weights_dtype != "float32")
+    throw Error(source + ": dtype '" + c.weights_dtype + "' is not supported (bfloat16, float16 or float32)");
   require_positive(tc.vocab_size, "vocab_size", source);
   require_positive(tc.intermediate_size, "intermediate_size", source);
   require_positive(tc.num_hidden_layers, "num_hidden_layers", source);

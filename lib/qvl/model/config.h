@@ -49,6 +49,10 @@ struct ModelConfig {
   int64_t video_token_id = 151656;
   int64_t vision_start_token_id = 151652;
   int64_t vision_end_token_id = 151653;
+  // The dtype config.json says the weights were saved in ("bfloat16",
+  // "float16", "float32"; "" when it does not say): torch_dtype or dtype, at
+  // the top level or in text_config.
+  std::string weights_dtype;
 };
 
 struct PreprocessorConfig {

@@ -88,9 +88,17 @@ std::vector<Message> parse_messages(const json& messages, const std::string& bas
   return out;
 }
 
+int64_t text_bytes(const std::vector<Message>& messages) {
+  int64_t n = 0;
+  for (const Message& m : messages)
+    for (const ContentPart& p : m.parts) n += int64_t(p.text.size());
+  return n;
+}
+
 std::vector<Message> parse_messages_file(const std::string& path) {
   json j = json::parse(read_text_file(path), nullptr, false);
   if (j.is_discarded()) throw Error(path + ": not valid JSON");
+  if (j.is_array() && j.empty()) throw Error(path + ": holds no messages ([]): nothing to ask");
   std::string dir = ".";
   auto slash = path.rfind('/');
   if (slash != std::string::npos) dir = path.substr(0, slash == 0 ? 1 : slash);

@@ -44,4 +44,13 @@ std::string expand_image_pads(const std::string& prompt, const std::vector<int64
 // All image paths in order of appearance.
 std::vector<std::string> image_paths(const std::vector<Message>& messages);
 
+// No token of a byte-level BPE vocab we run is longer than this (Qwen's
+// longest is 128 bytes, a run of spaces; tests/unit/test_chat.cpp checks),
+// so text of N bytes needs at least N / kMaxBytesPerToken tokens: a prompt
+// far too long for the context is refused from its length, before the
+// tokenizer spends seconds and gigabytes on it.
+constexpr int64_t kMaxBytesPerToken = 256;
+// Bytes of text in all the messages' text parts.
+int64_t text_bytes(const std::vector<Message>& messages);
+
 }  // namespace qvl

@@ -282,7 +282,11 @@ Tokenizer Tokenizer::parse(const std::string& json_text, const std::string& sour
     impl->load_merges(file.merges, source);
     impl->load_added_tokens(file.settings.value("added_tokens", json()), source);
   } catch (const json::exception& e) {  // a field of the wrong JSON type
-    throw Error(fmt::format("{}: unexpected content: {}", source, e.what()));
+    // nlohmann's what() starts "[json.exception.type_error.302] ": keep only its words.
+    std::string what = e.what();
+    const size_t bracket = what.find("] ");
+    if (what.rfind("[json.exception.", 0) == 0 && bracket != std::string::npos) what = what.substr(bracket + 2);
+    throw Error(fmt::format("{}: unexpected content (a field of the wrong type?): {}", source, what));
   }
   return Tokenizer(std::move(impl));
 }

@@ -2,6 +2,8 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
+
 #include "qvl/error.h"
 
 namespace qvl {
@@ -14,7 +16,8 @@ using nlohmann::json;
 // small settings document.
 class Reader : public nlohmann::json_sax<json> {
  public:
-  Reader(TokenizerJson& out, const std::string& source) : out_(out), source_(source) {}
+  Reader(TokenizerJson& out, const std::string& text, const std::string& source)
+      : out_(out), text_(text), source_(source) {}
 
   bool null() override { return value(json()); }
   bool boolean(bool v) override { return value(json(v)); }
@@ -98,8 +101,31 @@ class Reader : public nlohmann::json_sax<json> {
     return true;
   }
 
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
-    throw Error(fmt::format("{}: invalid JSON: {}", source_, e.what()));
+  // In our words, not nlohmann's ("[json.exception.parse_error.101] ..."):
+  // which file, where (the byte the parser stopped at), and the text around it.
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception&) override {
+    if (position >= text_.size() + 1 || text_.empty())
+      throw Error(fmt::format("{}: not valid JSON: the file ends before the JSON does (cut short by a failed "
+                              "download?)",
+                              source_));
+    const size_t at = position == 0 ? 0 : std::min(position - 1, text_.size() - 1);
+    size_t line = 1, line_start = 0;
+    for (size_t i = 0; i < at; ++i)
+      if (text_[i] == '\n') {
+        line += 1;
+        line_start = i + 1;
+      }
+    size_t line_end = text_.find('\n', at);
+    if (line_end == std::string::npos) line_end = text_.size();
+    const size_t from = std::max(line_start, at >= 20 ? at - 20 : size_t(0));
+    const size_t to = std::min(line_end, at + 20);
+    std::string near;
+    for (size_t i = from; i < to; ++i) {
+      const unsigned char c = static_cast<unsigned char>(text_[i]);
+      near += c >= 0x20 && c < 0x7f ? std::string(1, char(c)) : fmt::format("\\x{:02x}", c);
+    }
+    throw Error(fmt::format("{}: not valid JSON at line {}, column {} (byte offset {}), near '{}'", source_, line,
+                            at - line_start + 1, at, near));
   }
 
  private:
@@ -153,6 +179,7 @@ class Reader : public nlohmann::json_sax<json> {
   bool fail(const std::string& what) { throw Error(fmt::format("{}: {}", source_, what)); }
 
   TokenizerJson& out_;
+  const std::string& text_;
   const std::string& source_;
   Section section_ = kSettings;
   std::vector<json*> stack_;  // the open containers of the settings document
@@ -168,7 +195,7 @@ TokenizerJson read_tokenizer_json(const std::string& text, const std::string& so
   TokenizerJson out;
   out.vocab.reserve(160000);
   out.merges.reserve(160000);
-  Reader reader(out, source);
+  Reader reader(out, text, source);
   json::sax_parse(text, &reader);
   return out;
 }
