@@ -326,7 +326,8 @@ Answer Session::ask(const std::vector<Message>& turn, const std::vector<Patchifi
   if (int64_t(ids.size()) + 1 > room)
     throw ContextFull("the prompt needs " + std::to_string(ids.size()) + " tokens but only " + std::to_string(room) +
                       " of the context limit (" + std::to_string(s.options.max_context) +
-                      ") are left; raise --max-context, lower --max-pixels, or start a new conversation");
+                      ") are left; raise --max-context, " + (images.empty() ? "" : "lower --max-pixels, ") +
+                      "or start a new conversation");
 
   const auto t_vision = Clock::now();
   const std::optional<VisionFeatures> features = s.image_features(images);
