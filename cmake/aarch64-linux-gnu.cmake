@@ -5,7 +5,7 @@
 #
 #   cmake -S . -B build-arm64 -G Ninja \
 #         -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
-#         -DQVL_ARM64_SYSROOT=/work/arm64-sysroot
+#         -DQVL_ARM64_SYSROOT=$HOME/arm64-sysroot
 #
 # The sysroot is QVL_ARM64_SYSROOT (cache variable), else the environment
 # variable of that name, else arm64-sysroot/ beside the source tree.

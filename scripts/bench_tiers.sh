@@ -4,7 +4,7 @@
 # alike (these VMs vary by 2x between hours: never compare with an old run).
 #
 #   scripts/bench_tiers.sh ROUNDS OUT.jsonl -- BENCH-ARGS...
-#   e.g. scripts/bench_tiers.sh 3 tiers.jsonl -- --model /work/synth-2b --image img640x480.jpg --load lazy
+#   e.g. scripts/bench_tiers.sh 3 tiers.jsonl -- --model models/synth-2b --image img640x480.jpg --load lazy
 #
 # Tiers: avx512 (if the CPU has it), avx2, generic, each with the environment
 # that makes libtorch, oneDNN and OpenBLAS behave as on a CPU of that tier
