@@ -8,6 +8,7 @@
 #include "qvl/kernels/cpu.h"
 #include "qvl/kernels/linear.h"
 #include "qvl/vision/positions.h"
+#include "qvl/vision/vision_blocks.h"
 
 namespace qvl {
 namespace {
@@ -15,23 +16,13 @@ namespace {
 // The reference's vision LayerNorms.
 constexpr double kLayerNormEps = 1e-6;
 
-const at::Tensor& param(const std::map<std::string, at::Tensor>& params, const std::string& name,
-                        std::vector<int64_t> shape) {
-  auto it = params.find(name);
-  if (it == params.end()) throw Error(fmt::format("vision module has no parameter {}", name));
-  if (it->second.sizes().vec() != shape)
-    throw Error(fmt::format("vision module parameter {} is {}, expected {}", name,
-                            fmt::join(it->second.sizes().vec(), "x"), fmt::join(shape, "x")));
-  return it->second;
-}
-
 }  // namespace
 
 PatchEmbedding::PatchEmbedding(const VisionConfig& cfg, const std::map<std::string, at::Tensor>& params) {
   const int64_t inputs = cfg.in_channels * cfg.temporal_patch_size * cfg.patch_size * cfg.patch_size;
-  weight_ = param(params, "patch_embed.proj.weight", {cfg.hidden_size, inputs});
-  bias_ = param(params, "patch_embed.proj.bias", {cfg.hidden_size});
-  table_ = param(params, "pos_embed.weight", {cfg.num_position_embeddings, cfg.hidden_size});
+  weight_ = vision_param(params, "patch_embed.proj.weight", {cfg.hidden_size, inputs});
+  bias_ = vision_param(params, "patch_embed.proj.bias", {cfg.hidden_size});
+  table_ = vision_param(params, "pos_embed.weight", {cfg.num_position_embeddings, cfg.hidden_size});
 }
 
 at::Tensor PatchEmbedding::run(const at::Tensor& pixel_values, const VisionPositions& pos) const {
@@ -51,12 +42,12 @@ PatchMerger::PatchMerger(const VisionConfig& cfg, const std::map<std::string, at
       joined_(cfg.hidden_size * cfg.spatial_merge_size * cfg.spatial_merge_size),
       norm_after_join_(norm_after_join) {
   const int64_t norm_width = norm_after_join ? joined_ : hidden_;
-  norm_weight_ = param(params, prefix + "norm.weight", {norm_width});
-  norm_bias_ = param(params, prefix + "norm.bias", {norm_width});
-  fc1_weight_ = param(params, prefix + "linear_fc1.weight", {joined_, joined_});
-  fc1_bias_ = param(params, prefix + "linear_fc1.bias", {joined_});
-  fc2_weight_ = param(params, prefix + "linear_fc2.weight", {cfg.out_hidden_size, joined_});
-  fc2_bias_ = param(params, prefix + "linear_fc2.bias", {cfg.out_hidden_size});
+  norm_weight_ = vision_param(params, prefix + "norm.weight", {norm_width});
+  norm_bias_ = vision_param(params, prefix + "norm.bias", {norm_width});
+  fc1_weight_ = vision_param(params, prefix + "linear_fc1.weight", {joined_, joined_});
+  fc1_bias_ = vision_param(params, prefix + "linear_fc1.bias", {joined_});
+  fc2_weight_ = vision_param(params, prefix + "linear_fc2.weight", {cfg.out_hidden_size, joined_});
+  fc2_bias_ = vision_param(params, prefix + "linear_fc2.bias", {cfg.out_hidden_size});
 }
 
 at::Tensor PatchMerger::run(const at::Tensor& x) const {

@@ -26,15 +26,6 @@ kernels::Storage storage_of(const at::Tensor& t) {
                           c10::toString(t.scalar_type())));
 }
 
-const at::Tensor& param(const std::map<std::string, at::Tensor>& params, const std::string& name,
-                        std::vector<int64_t> shape) {
-  auto it = params.find(name);
-  if (it == params.end()) throw Error(fmt::format("vision module has no parameter {}", name));
-  if (it->second.sizes().vec() != shape)
-    throw Error(fmt::format("vision module parameter {} is {}, expected {}", name,
-                            fmt::join(it->second.sizes().vec(), "x"), fmt::join(shape, "x")));
-  return it->second;
-}
 
 // LayerNorm weights are used as float32 by the kernels whatever the dtype.
 std::vector<float> as_floats(const at::Tensor& t) {
@@ -43,6 +34,16 @@ std::vector<float> as_floats(const at::Tensor& t) {
 }
 
 }  // namespace
+
+const at::Tensor& vision_param(const std::map<std::string, at::Tensor>& params, const std::string& name,
+                        std::vector<int64_t> shape) {
+  auto it = params.find(name);
+  if (it == params.end()) throw Error(fmt::format("vision module has no parameter {}", name));
+  if (it->second.sizes().vec() != shape)
+    throw Error(fmt::format("vision module parameter {} is {}, expected {}", name,
+                            fmt::join(it->second.sizes().vec(), "x"), fmt::join(shape, "x")));
+  return it->second;
+}
 
 VisionBlocks::VisionBlocks(const VisionConfig& cfg, const std::map<std::string, at::Tensor>& params) : cfg_(cfg) {
   if (cfg.hidden_act != "gelu_pytorch_tanh")
@@ -55,18 +56,18 @@ VisionBlocks::VisionBlocks(const VisionConfig& cfg, const std::map<std::string, 
   for (int64_t i = 0; i < cfg.depth; ++i) {
     const std::string p = fmt::format("blocks.{}.", i);
     Block b;
-    b.qkv_weight = param(params, p + "attn.qkv.weight", {3 * hidden, hidden});
-    b.qkv_bias = param(params, p + "attn.qkv.bias", {3 * hidden});
-    b.proj_weight = param(params, p + "attn.proj.weight", {hidden, hidden});
-    b.proj_bias = param(params, p + "attn.proj.bias", {hidden});
-    b.fc1_weight = param(params, p + "mlp.linear_fc1.weight", {inner, hidden});
-    b.fc1_bias = param(params, p + "mlp.linear_fc1.bias", {inner});
-    b.fc2_weight = param(params, p + "mlp.linear_fc2.weight", {hidden, inner});
-    b.fc2_bias = param(params, p + "mlp.linear_fc2.bias", {hidden});
-    b.norm1_weight = as_floats(param(params, p + "norm1.weight", {hidden}));
-    b.norm1_bias = as_floats(param(params, p + "norm1.bias", {hidden}));
-    b.norm2_weight = as_floats(param(params, p + "norm2.weight", {hidden}));
-    b.norm2_bias = as_floats(param(params, p + "norm2.bias", {hidden}));
+    b.qkv_weight = vision_param(params, p + "attn.qkv.weight", {3 * hidden, hidden});
+    b.qkv_bias = vision_param(params, p + "attn.qkv.bias", {3 * hidden});
+    b.proj_weight = vision_param(params, p + "attn.proj.weight", {hidden, hidden});
+    b.proj_bias = vision_param(params, p + "attn.proj.bias", {hidden});
+    b.fc1_weight = vision_param(params, p + "mlp.linear_fc1.weight", {inner, hidden});
+    b.fc1_bias = vision_param(params, p + "mlp.linear_fc1.bias", {inner});
+    b.fc2_weight = vision_param(params, p + "mlp.linear_fc2.weight", {hidden, inner});
+    b.fc2_bias = vision_param(params, p + "mlp.linear_fc2.bias", {hidden});
+    b.norm1_weight = as_floats(vision_param(params, p + "norm1.weight", {hidden}));
+    b.norm1_bias = as_floats(vision_param(params, p + "norm1.bias", {hidden}));
+    b.norm2_weight = as_floats(vision_param(params, p + "norm2.weight", {hidden}));
+    b.norm2_bias = as_floats(vision_param(params, p + "norm2.bias", {hidden}));
     blocks_.push_back(std::move(b));
   }
 }

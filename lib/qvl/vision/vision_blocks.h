@@ -20,6 +20,11 @@ namespace qvl {
 
 struct VisionPositions;
 
+// The module parameter `name`, checked to have `shape`; throws qvl::Error
+// naming it when it is missing or misshapen.
+const at::Tensor& vision_param(const std::map<std::string, at::Tensor>& params, const std::string& name,
+                               std::vector<int64_t> shape);
+
 class VisionBlocks {
  public:
   // params: by the module's names ("blocks.3.attn.qkv.weight", ...). Throws
