@@ -9,6 +9,7 @@ PACKAGES=(
   libtorch-dev python3-torch libopenblas0-pthread
   libcli11-dev libfmt-dev doctest-dev nlohmann-json3-dev
   libpng-dev libturbojpeg0-dev libjpeg62-turbo-dev
+  libwebp-dev libtiff-dev libgif-dev libpoppler-cpp-dev
   libutf8proc-dev libssl-dev libedit-dev
 )
 

@@ -66,8 +66,11 @@ const char* image_format_name(ImageFormat format) {
   }
 }
 
-RgbImage decode_image(const uint8_t* data, size_t size, const std::string& name, const ImageLimits& limits) {
+RgbImage decode_image(const uint8_t* data, size_t size, const std::string& name, const ImageLimits& limits,
+                      const DecodeRequest& request) {
   if (size == 0) throw Error(fmt::format("{}: file is empty (0 bytes), not an image", name));
+  if (request.page != 1)
+    throw Error(fmt::format("{}: page {} requested, but the file has 1 page", name, request.page));
   int orientation = 1;
   RgbImage image;
   switch (detect_image_format(data, size)) {
@@ -81,7 +84,20 @@ RgbImage decode_image(const uint8_t* data, size_t size, const std::string& name,
   return apply_orientation(std::move(image), orientation);
 }
 
-RgbImage decode_image_file(const std::string& path, const ImageLimits& limits) {
+int image_page_count(const uint8_t* data, size_t size, const std::string& name, const ImageLimits& limits) {
+  (void)limits;
+  if (size == 0) throw Error(fmt::format("{}: file is empty (0 bytes), not an image", name));
+  if (detect_image_format(data, size) == ImageFormat::Unknown)
+    throw Error(fmt::format("{}: not a PNG or JPEG image (unrecognized first bytes)", name));
+  return 1;
+}
+
+RgbImage decode_image_file(const std::string& path, const ImageLimits& limits, const DecodeRequest& request) {
+  const std::vector<uint8_t> bytes = read_image_bytes(path, limits);
+  return decode_image(bytes.data(), bytes.size(), path, limits, request);
+}
+
+std::vector<uint8_t> read_image_bytes(const std::string& path, const ImageLimits& limits) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0)
     throw Error(fmt::format("{}: cannot open image: {}", path, std::strerror(errno)));
@@ -101,7 +117,7 @@ RgbImage decode_image_file(const std::string& path, const ImageLimits& limits) {
     done += size_t(n);
   }
   bytes.resize(done);
-  return decode_image(bytes.data(), bytes.size(), path, limits);
+  return bytes;
 }
 
 }  // namespace qvl

@@ -1,4 +1,4 @@
-// PNG and JPEG files to 8-bit RGB, pixel for pixel what the reference gets from
+// Image files to 8-bit RGB, pixel for pixel what the reference gets from
 // PIL: Image.open, ImageOps.exif_transpose, convert("RGB").
 //
 // Untrusted input: the format comes from the magic bytes, every size is checked
@@ -8,22 +8,43 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "qvl/image/rgb_image.h"
 
 namespace qvl {
 
 struct ImageLimits {
-  int64_t max_pixels = 50'000'000;         // declared width * height
+  int64_t max_pixels = 50'000'000;         // width * height of the decoded (possibly DCT-scaled or rendered) image
   int64_t max_file_bytes = 256ll << 20;    // only read by decode_image_file
 };
+
+// What the caller will do with the image, so a decoder can do less work.
+struct DecodeRequest {
+  int page = 1;                   // 1-based: a PDF page, a TIFF directory; other formats have page 1 only
+  // > 0: the image will be resized to at most this many pixels (the preprocessor's
+  // max_pixels). A JPEG far larger may then be decoded at 1/2, 1/4 or 1/8 scale,
+  // never below this many pixels, so the exact resize that follows still shrinks.
+  int64_t target_max_pixels = 0;
+  int pdf_dpi = 0;                // 0: kDefaultPdfDpi
+};
+constexpr int kDefaultPdfDpi = 150;
 
 enum class ImageFormat { Unknown, Png, Jpeg };
 ImageFormat detect_image_format(const uint8_t* data, size_t size);
 const char* image_format_name(ImageFormat format);  // "png", "jpeg", "unknown"
 
 // `name` is only used in error messages (usually the file path).
-RgbImage decode_image(const uint8_t* data, size_t size, const std::string& name, const ImageLimits& limits = {});
-RgbImage decode_image_file(const std::string& path, const ImageLimits& limits = {});
+RgbImage decode_image(const uint8_t* data, size_t size, const std::string& name, const ImageLimits& limits = {},
+                      const DecodeRequest& request = {});
+RgbImage decode_image_file(const std::string& path, const ImageLimits& limits = {}, const DecodeRequest& request = {});
+
+// Pages in the file: a PDF's pages, a TIFF's directories, 1 for other formats.
+// Throws like decode_image for what is not a readable image.
+int image_page_count(const uint8_t* data, size_t size, const std::string& name, const ImageLimits& limits = {});
+
+// The whole file, with decode_image_file's checks (regular file, size limit);
+// for callers that look at the bytes more than once (pages, hashing).
+std::vector<uint8_t> read_image_bytes(const std::string& path, const ImageLimits& limits = {});
 
 }  // namespace qvl
