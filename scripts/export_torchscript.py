@@ -1,12 +1,17 @@
 #!/usr/bin/python3
-"""Builds qvl's vision tower (encoder + merger + deepstack mergers) as one TorchScript file.
+"""Builds qvl's vision tower (encoder + merger + deepstack mergers) as one TorchScript file, from Python.
 
-Run with Debian's Python, whose torch is the libtorch qvl links:
+qvl never runs this script: it makes the same module with libtorch alone
+(lib/qvl/vision/module_builder.cpp, same parameters, same TorchScript methods).
+This is the Python version of that module, optional (it needs python3-torch):
+scripts/check_vision_module.py compares the two, and it is a starting point for
+making your own variant. Run it with Debian's Python, whose torch is the libtorch
+qvl links (a newer torch writes files libtorch 1.13 cannot read):
 
     /usr/bin/python3 scripts/export_torchscript.py --model DIR --dtype bf16 --out vision.pt
 
-qvl embeds this file and runs it by itself when its cached module is missing, so
-editing it changes the cache key and rebuilds every cached module.
+A module written here is not picked up by qvl's cache by itself (its file name
+carries the builder's version); pass it where you need it.
 
 The module's inputs are what qvl computes in C++ (lib/qvl/vision/positions.cpp):
   pixel_values [N, C*T*P*P] float32, patches in merge-window order
@@ -22,7 +27,7 @@ import os
 import struct
 import sys
 
-# qvl maps this exit status to an instruction for installing python3-torch.
+# The exit status for "import torch failed".
 EXIT_NO_TORCH = 3
 
 try:

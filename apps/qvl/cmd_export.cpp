@@ -1,5 +1,5 @@
-// qvl export: builds the TorchScript vision module of a model folder (what
-// other commands otherwise do on first use) and prints where it is.
+// qvl export: builds the TorchScript vision module of a model folder from its
+// checkpoint (what other commands otherwise do on first use) and prints where it is.
 #include <fmt/core.h>
 
 #include <chrono>
@@ -27,21 +27,14 @@ int run_export(const ExportFlags& f) {
   VisionOptions opts;
   opts.dtype = f.dtype == "f32" ? at::kFloat : at::kBFloat16;
   opts.cache_dir = f.cache_dir;
-  const std::string expected = vision_module_path(vision_cache_dir(model_dir, ckpt.fingerprint(), opts),
-                                                  vision_module_key(model_dir, ckpt), opts.dtype);
-  // A module that was there may still be rebuilt (damaged, or --force): it is
-  // "up to date" only if the same file is still in place afterwards.
-  struct stat before {}, st {};
-  const bool existed = ::stat(expected.c_str(), &before) == 0;
   const auto start = std::chrono::steady_clock::now();
-  const std::string path = ensure_vision_module(model_dir, ckpt, opts, f.force);
+  const VisionModuleFile file = ensure_vision_module(model_dir, ckpt, opts, f.force);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  ::stat(path.c_str(), &st);
-  const bool up_to_date = existed && !f.force && st.st_ino == before.st_ino &&
-                          st.st_mtim.tv_sec == before.st_mtim.tv_sec && st.st_mtim.tv_nsec == before.st_mtim.tv_nsec;
+  struct stat st {};
+  ::stat(file.path.c_str(), &st);
   fmt::print(stderr, "vision module ({}, {:.1f} MB): {}\n", f.dtype, st.st_size / 1e6,
-             up_to_date ? std::string("already up to date") : fmt::format("built in {:.1f} s", seconds));
-  fmt::print("{}\n", path);
+             file.built ? fmt::format("built in {:.1f} s", seconds) : std::string("already up to date"));
+  fmt::print("{}\n", file.path);
   return kOk;
 }
 

@@ -1,12 +1,14 @@
 // The vision tower against the reference's recorded internals (FIXTURES.md):
-// positions and rotary computed in C++, then the TorchScript module built from
-// the tiny checkpoint by the embedded export script, in float32 and bfloat16.
+// positions and rotary computed in C++, then the TorchScript module qvl builds
+// from the tiny checkpoint (module_builder.h), in float32 and bfloat16.
 #include <ATen/ATen.h>
 #include <dirent.h>
 #include <doctest/doctest.h>
+#include <torch/script.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -14,6 +16,7 @@
 #include "qvl/error.h"
 #include "qvl/io/safetensors.h"
 #include "qvl/model/config.h"
+#include "qvl/vision/module_builder.h"
 #include "qvl/vision/module_cache.h"
 #include "qvl/vision/positions.h"
 #include "qvl/vision/vision_encoder.h"
@@ -231,11 +234,12 @@ TEST_CASE("vision encoder: wrong pixel shapes are refused") {
   CHECK_THROWS_AS(enc.encode(at::zeros({g.patches(), 1536}, at::kDouble), {g}), qvl::Error);
 }
 
-TEST_CASE("vision module cache: named by weights, script and dtype; missing tools are explained") {
+TEST_CASE("vision module cache: named by weights, builder version and dtype; built with no Python") {
   auto& f = fixtures();
   const std::string fp = f.ckpt.fingerprint();
   CHECK(qvl::vision_module_path("/c", fp, at::kFloat) != qvl::vision_module_path("/c", fp, at::kBFloat16));
   CHECK(qvl::vision_module_path("/c", fp, at::kFloat).find(fp) != std::string::npos);
+  CHECK(qvl::vision_module_path("/c", fp, at::kFloat).find(qvl::vision_module_version()) != std::string::npos);
   CHECK(f.encoder(at::kFloat).module_path() ==
         qvl::vision_module_path(f.cache.path, qvl::vision_module_key(qvl::test::tiny_model_dir(), f.ckpt), at::kFloat));
 
@@ -246,12 +250,75 @@ TEST_CASE("vision module cache: named by weights, script and dtype; missing tool
   CHECK_THROWS_WITH_AS(qvl::ensure_vision_module(qvl::test::tiny_model_dir(), f.ckpt, opts),
                        doctest::Contains("qvl export"), qvl::Error);
 
+  // No Python anywhere (the variable qvl once read, and no PATH): the module is still made.
   opts.build_if_missing = true;
+  const std::string path = std::getenv("PATH") ? std::getenv("PATH") : "";
   ::setenv("QVL_PYTHON", "/nonexistent/python3", 1);
-  CHECK_THROWS_WITH_AS(qvl::ensure_vision_module(qvl::test::tiny_model_dir(), f.ckpt, opts),
-                       doctest::Contains("apt-get install python3 python3-torch"), qvl::Error);
-  ::setenv("QVL_PYTHON", "/bin/false", 1);  // a Python that fails: the status is reported
-  CHECK_THROWS_WITH_AS(qvl::ensure_vision_module(qvl::test::tiny_model_dir(), f.ckpt, opts),
-                       doctest::Contains("exited with status 1"), qvl::Error);
+  ::setenv("PATH", "/nonexistent", 1);
+  qvl::VisionModuleFile file = qvl::ensure_vision_module(qvl::test::tiny_model_dir(), f.ckpt, opts);
+  ::setenv("PATH", path.c_str(), 1);
   ::unsetenv("QVL_PYTHON");
+  CHECK(file.built);
+  CHECK(file.path == qvl::vision_module_path(empty.path, qvl::vision_module_key(qvl::test::tiny_model_dir(), f.ckpt),
+                                             at::kBFloat16));
+  CHECK_FALSE(qvl::ensure_vision_module(qvl::test::tiny_model_dir(), f.ckpt, opts).built);  // found, not rebuilt
+}
+
+TEST_CASE("vision module builder: the parameters are the checkpoint's vision tensors") {
+  // Independent of the builder: every model.visual.* tensor of the tiny
+  // checkpoint must be a parameter of the same name without the prefix, with
+  // the same values in float32 (the patch embedding's Conv3d kernel flattened).
+  auto& f = fixtures();
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    CAPTURE(c10::toString(dtype));
+    torch::jit::Module m = qvl::build_vision_module(f.cfg, f.ckpt, dtype);
+    std::map<std::string, at::Tensor> params;
+    for (const auto& p : m.named_parameters()) params[p.name] = p.value;
+    size_t vision_tensors = 0;
+    for (const std::string& name : f.ckpt.names()) {
+      if (name.rfind("model.visual.", 0) != 0) continue;
+      ++vision_tensors;
+      CAPTURE(name);
+      auto it = params.find(name.substr(13));
+      REQUIRE(it != params.end());
+      CHECK((it->second.scalar_type() == dtype));
+      at::Tensor want = qvl::tensor_view(f.ckpt.get(name)).to(dtype);
+      CHECK(it->second.numel() == want.numel());
+      CHECK(at::equal(it->second.reshape(-1), want.reshape(-1)));
+    }
+    CHECK(vision_tensors > 0);
+    CHECK(params.size() == vision_tensors);
+    CHECK(params.at("patch_embed.proj.weight").dim() == 2);
+  }
+}
+
+TEST_CASE("vision module builder: the module made now and the one read back from its file agree exactly") {
+  // The first encoder of a cache folder runs the module as made; later ones load its file.
+  auto& f = fixtures();
+  TempDir dir;
+  qvl::VisionOptions opts;
+  opts.dtype = at::kFloat;
+  opts.cache_dir = dir.path;
+  opts.native_blocks = false;  // the module's own TorchScript forward, not only its parameters
+  qvl::VisionEncoder made(qvl::test::tiny_model_dir(), f.cfg, f.ckpt, opts);
+  qvl::VisionEncoder loaded(qvl::test::tiny_model_dir(), f.cfg, f.ckpt, opts);
+  REQUIRE(made.module_path() == loaded.module_path());
+  at::Tensor px = f.pixels("photo.jpg");
+  qvl::VisionFeatures a = made.encode(px, {f.grid("system_image")});
+  qvl::VisionFeatures b = loaded.encode(px, {f.grid("system_image")});
+  CHECK(at::equal(a.embeds, b.embeds));
+  REQUIRE(a.deepstack.size() == b.deepstack.size());
+  for (size_t i = 0; i < a.deepstack.size(); ++i) CHECK(at::equal(a.deepstack[i], b.deepstack[i]));
+  CHECK(relative_error(a.embeds, f.golden("system_image.vision.merger_out")) <= kFloat32Tolerance);
+}
+
+TEST_CASE("vision module builder: a checkpoint that does not match config.json is refused, naming the tensor") {
+  auto& f = fixtures();
+  qvl::ModelConfig wider = f.cfg;
+  wider.vision.intermediate_size += 8;
+  CHECK_THROWS_WITH_AS(qvl::build_vision_module(wider, f.ckpt, at::kFloat),
+                       doctest::Contains("model.visual.blocks.0.mlp.linear_fc1.weight"), qvl::Error);
+  qvl::ModelConfig deeper = f.cfg;
+  deeper.vision.depth += 1;
+  CHECK_THROWS_AS(qvl::build_vision_module(deeper, f.ckpt, at::kFloat), qvl::Error);
 }

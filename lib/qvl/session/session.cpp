@@ -20,6 +20,7 @@
 #include "qvl/error.h"
 #include "qvl/image/decode.h"
 #include "qvl/image/preprocess.h"
+#include "qvl/io/cache_dir.h"
 #include "qvl/io/safetensors.h"
 #include "qvl/model/checkpoint_layout.h"
 #include "qvl/model/memory_budget.h"
@@ -56,7 +57,7 @@ void use_one_openblas_thread() {
   if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(1);
 }
 
-// The caches' folder: the option, else what vision_cache_dir() chooses
+// The caches' folder: the option, else what model_cache_dir() chooses
 // ($QVL_CACHE_DIR, beside the model, or ~/.cache/qvl).
 VisionOptions cache_options(const SessionOptions& o, at::ScalarType dtype) {
   VisionOptions vo;
@@ -71,7 +72,7 @@ DecoderOptions decoder_options(const SessionOptions& o, const Checkpoint& ckpt, 
   d.quant = parse_quant(o.quant);
   if (d.quant != WeightQuant::None) {
     // Beside the vision module: one folder per model holds everything derived from it.
-    d.quant_cache_dir = vision_cache_dir(o.model_dir, ckpt.fingerprint(), cache_options(o, dtype));
+    d.quant_cache_dir = model_cache_dir(o.model_dir, ckpt.fingerprint(), o.cache_dir);
     d.on_note = o.on_note;
   }
   return d;

@@ -1,10 +1,13 @@
-// Where the TorchScript vision module of a checkpoint lives, and how qvl builds
-// it: by running the embedded export script with Debian's Python, whose torch
-// is the libtorch qvl links.
+// Where the TorchScript vision module of a checkpoint lives, and when qvl
+// makes it (module_builder.h: from the checkpoint, with libtorch alone).
 #pragma once
 #include <c10/core/ScalarType.h>
 
 #include <string>
+
+namespace torch::jit {
+struct Module;
+}
 
 namespace qvl {
 
@@ -12,7 +15,7 @@ class Checkpoint;
 
 struct VisionOptions {
   at::ScalarType dtype = at::kBFloat16;  // kBFloat16 or kFloat
-  std::string cache_dir;  // "": $QVL_CACHE_DIR, else <model_dir>/.qvl-cache if writable, else ~/.cache/qvl/<fingerprint>
+  std::string cache_dir;  // "": the model's cache folder (io/cache_dir.h)
   bool build_if_missing = true;
   // Run the transformer blocks natively (vision_blocks.h); false runs the
   // module's own TorchScript forward, several times slower, kept as the reference.
@@ -21,28 +24,26 @@ struct VisionOptions {
 
 const char* vision_dtype_tag(at::ScalarType dtype);  // "bf16" or "f32"; throws for others
 
-// The folder opts.cache_dir names, else the default above; created if missing.
-std::string vision_cache_dir(const std::string& model_dir, const std::string& fingerprint,
-                             const VisionOptions& opts);
-
 // What a module is made from: the checkpoint's fingerprint and a hash of
 // config.json's bytes.
 std::string vision_module_key(const std::string& model_dir, const Checkpoint& ckpt);
 
-// <cache_dir>/vision-<key>-<script version>-<dtype>.pt: a module made from
-// other weights or another config.json, or by another version of the script,
+// <cache_dir>/vision-<key>-<module version>-<dtype>.pt: a module made from
+// other weights or another config.json, or by another version of the builder,
 // is never picked up.
 std::string vision_module_path(const std::string& cache_dir, const std::string& key, at::ScalarType dtype);
 
-// Runs the export script ($QVL_PYTHON, else /usr/bin/python3); the script
-// writes out_path atomically. Throws qvl::Error saying what to install when
-// Python or its torch is missing.
-void build_vision_module(const std::string& model_dir, at::ScalarType dtype, const std::string& out_path);
+struct VisionModuleFile {
+  std::string path;
+  bool built = false;  // made just now (missing, damaged or forced), not found in the cache
+};
 
-// The module's path, built first if it is missing or damaged (or always, with
-// force). Modules of the same weights and dtype made from another config.json
-// or by other script versions are removed.
-std::string ensure_vision_module(const std::string& model_dir, const Checkpoint& ckpt,
-                                 const VisionOptions& opts, bool force = false);
+// The module's file, built and saved first if it is missing or damaged (or
+// always, with force). Modules of the same weights and dtype made from another
+// config.json or by other builder versions are removed. When it was built and
+// `module` is not null, *module is the module just made, so the caller need
+// not read it back (its parameters may view ckpt's mapping: ckpt must outlive it).
+VisionModuleFile ensure_vision_module(const std::string& model_dir, const Checkpoint& ckpt, const VisionOptions& opts,
+                                      bool force = false, torch::jit::Module* module = nullptr);
 
 }  // namespace qvl

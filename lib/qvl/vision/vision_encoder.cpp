@@ -86,13 +86,20 @@ VisionEncoder::VisionEncoder(const std::string& model_dir, const ModelConfig& cf
     : impl_(std::make_unique<Impl>()) {
   impl_->cfg = cfg.vision;
   impl_->dtype = opts.dtype;
-  impl_->path = ensure_vision_module(model_dir, ckpt, opts);
   configure_executor_once();
-  try {
-    impl_->module = torch::jit::load(impl_->path, c10::Device(c10::kCPU));
-  } catch (const c10::Error& e) {
-    throw Error(fmt::format("cannot load vision module {} ({}); rebuild it with `qvl export --force`", impl_->path,
-                            e.what_without_backtrace()));
+  // A module made just now is used as made; one found in the cache is loaded.
+  torch::jit::Module built;
+  const VisionModuleFile file = ensure_vision_module(model_dir, ckpt, opts, /*force=*/false, &built);
+  impl_->path = file.path;
+  if (file.built) {
+    impl_->module = built;
+  } else {
+    try {
+      impl_->module = torch::jit::load(impl_->path, c10::Device(c10::kCPU));
+    } catch (const c10::Error& e) {
+      throw Error(fmt::format("cannot load vision module {} ({}); rebuild it with `qvl export --force`", impl_->path,
+                              e.what_without_backtrace()));
+    }
   }
   impl_->module.eval();
   if (opts.native_blocks) {

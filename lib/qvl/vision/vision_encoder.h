@@ -1,7 +1,7 @@
 // The vision tower: image patches in, decoder-width features out. It runs the
-// TorchScript module made by scripts/export_torchscript.py from the checkpoint
-// (built and cached on first use, see module_cache.h); the position data it
-// needs is computed here (positions.h).
+// TorchScript module qvl makes from the checkpoint (module_builder.h; made and
+// cached on first use, see module_cache.h); the position data it needs is
+// computed here (positions.h).
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -24,7 +24,9 @@ struct VisionFeatures {
 
 class VisionEncoder {
  public:
-  // Builds the module first when it is missing and opts.build_if_missing (slow: seconds to a minute).
+  // Builds the module first when it is missing and opts.build_if_missing
+  // (seconds: its file is written). ckpt must outlive the encoder: a module
+  // made just now views the checkpoint's tensors.
   VisionEncoder(const std::string& model_dir, const ModelConfig& cfg, const Checkpoint& ckpt,
                 const VisionOptions& opts);
   ~VisionEncoder();
