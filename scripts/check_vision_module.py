@@ -63,7 +63,9 @@ def main() -> int:
 
     merge = vc["spatial_merge_size"]
     generator = torch.Generator().manual_seed(0)
-    for grids in ([(2 * merge, 3 * merge)], [(merge, merge), (5 * merge, 2 * merge)], [(16 * merge, 12 * merge)]):
+    # Two images in one call; the last has more patches than one attention step takes (1024 queries).
+    sizes = ([(2, 3)], [(1, 1), (5, 2)], [(16, 12)], [(18, 16)])
+    for grids in [[(h * merge, w * merge) for (h, w) in image] for image in sizes]:
         inputs = random_inputs(vc, grids, generator)
         with torch.no_grad():
             ours_out, theirs_out = ours(*inputs), theirs(*inputs)
