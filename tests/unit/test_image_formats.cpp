@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -166,4 +167,93 @@ TEST_CASE("a GIF named .png is read as the GIF it is") {
   CHECK(image.width == 1);
   CHECK(image.height == 1);
   CHECK(image.pixels == std::vector<uint8_t>{0, 0, 0});
+}
+
+namespace {
+// A little-endian TIFF of `pages` 2x2 gray directories sharing one strip, the last one
+// pointing back at the first when `loop`.
+std::vector<uint8_t> many_page_tiff(int pages, bool loop) {
+  std::vector<uint8_t> out = {'I', 'I', 42, 0, 12, 0, 0, 0, 1, 2, 3, 4};
+  auto u16 = [&](uint32_t v) { out.insert(out.end(), {uint8_t(v), uint8_t(v >> 8)}); };
+  auto u32 = [&](uint32_t v) { u16(v & 0xFFFF); u16(v >> 16); };
+  const uint32_t ifd_size = 2 + 8 * 12 + 4;
+  for (int p = 0; p < pages; ++p) {
+    const uint16_t entries[8][3] = {{256, 3, 2}, {257, 3, 2}, {258, 3, 8}, {259, 3, 1},
+                                    {262, 3, 1}, {273, 4, 8}, {278, 3, 2}, {279, 4, 4}};
+    u16(8);
+    for (const auto& e : entries) {
+      u16(e[0]);
+      u16(e[1]);
+      u32(1);
+      if (e[1] == 3) { u16(e[2]); u16(0); } else { u32(e[2]); }
+    }
+    const bool last = p == pages - 1;
+    u32(last ? (loop ? 12 : 0) : uint32_t(12 + (p + 1) * ifd_size));
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("hostile page counts: bounded, quick, and no allocation per page") {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<uint8_t> many = many_page_tiff(100000, false);
+  try {
+    image_page_count(many.data(), many.size(), "many.tif");
+    FAIL("100000 directories were counted");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("TIFF has more than 10000 pages") != std::string::npos);
+  }
+  ImageLimits few;
+  few.max_pages = 100000;
+  CHECK(image_page_count(many.data(), many.size(), "many.tif", few) == 100000);
+  DecodeRequest last;
+  last.page = 100000;
+  const RgbImage image = decode_image(many.data(), many.size(), "many.tif", few, last);
+  CHECK(image.pixels == std::vector<uint8_t>{1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4});
+  const std::vector<uint8_t> looped = many_page_tiff(3, true);
+  try {
+    image_page_count(looped.data(), looped.size(), "loop.tif");
+    FAIL("a directory loop was counted");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("loop.tif: damaged TIFF: its directory chain loops") == 0);
+  }
+  CHECK(decode_image(looped.data(), looped.size(), "loop.tif").width == 2);  // page 1 is still there
+  // A PDF whose page tree claims 100000 pages it does not have.
+  const std::vector<uint8_t> pdf = read_image_bytes(test::data_path("bad/pdf_100000_pages.pdf"));
+  try {
+    image_page_count(pdf.data(), pdf.size(), "lying.pdf");
+    FAIL("a lying page count was believed");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("PDF has no readable pages") != std::string::npos);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(seconds < 20);  // a few seconds on a busy 2-core machine; a hang would be minutes
+}
+
+TEST_CASE("hostile files in tests/data/bad are refused in one line naming the file") {
+  const std::pair<const char*, const char*> cases[] = {
+      {"pdf_encrypted.pdf", "PDF is encrypted with a password"},
+      {"pdf_huge_page.pdf", "would be 30000x30000 = 900000000 pixels, over the limit"},
+      {"pdf_truncated.pdf", "invalid or damaged PDF"},
+      {"pdf_100000_pages.pdf", "PDF has no readable pages"},
+      {"tiff_huge.tif", "image is 100000x100000"},
+      {"tiff_truncated.tif", "invalid TIFF"},
+      {"bmp_absurd_offset.bmp", "pixel data offset 4294967280 is outside the file"},
+      {"bmp_huge.bmp", "image is 2147483647x2147483647"},
+      {"bmp_truncated.bmp", "truncated BMP"},
+      {"bmp_rle8.bmp", "RLE-compressed BMP is not supported"},
+      {"gif_truncated.gif", "corrupt or truncated GIF"},
+      {"gif_huge.gif", "image is 65535x65535"},
+      {"webp_huge.webp", "image is 16384x16384"},
+      {"webp_truncated.webp", "invalid WebP"},
+  };
+  for (const auto& [file, says] : cases) {
+    const std::string path = test::data_path(std::string("bad/") + file);
+    CAPTURE(path);
+    const std::string message = decode_error(path);
+    CAPTURE(message);
+    CHECK(message.find(says) != std::string::npos);
+    CHECK(message.rfind(path + ": ", 0) == 0);
+    CHECK(message.find('\n') == std::string::npos);
+  }
 }

@@ -30,7 +30,7 @@ thread_local std::string t_first_poppler_message;
 
 void capture_poppler_message(const std::string& message, void*) {
   if (t_first_poppler_message.empty()) {
-    t_first_poppler_message = message;
+    t_first_poppler_message = message.rfind("error: ", 0) == 0 ? message.substr(7) : message;
     for (char& c : t_first_poppler_message)
       if (c == '\n' || c == '\r') c = ' ';
   }

@@ -33,7 +33,9 @@ struct TiffSource {
   const uint8_t* data;
   size_t size;
   uint64_t pos = 0;
+  std::string name;
   std::string first_error;
+  std::string first_warning;
 };
 
 tmsize_t read_proc(thandle_t handle, void* out, tmsize_t count) {
@@ -64,12 +66,22 @@ int capture_error(TIFF*, void* user, const char* module, const char* format, va_
     char text[400];
     std::vsnprintf(text, sizeof text, format, args);
     src->first_error = text;
+    // libtiff often starts with the file name we gave it; ours leads the message already.
+    if (src->first_error.rfind(src->name + ": ", 0) == 0) src->first_error.erase(0, src->name.size() + 2);
     if (src->first_error.empty() && module) src->first_error = module;
     std::replace(src->first_error.begin(), src->first_error.end(), '\n', ' ');
   }
   return 1;  // handled: libtiff prints nothing
 }
-int ignore_warning(TIFF*, void*, const char*, const char*, va_list) { return 1; }
+int capture_warning(TIFF*, void* user, const char*, const char* format, va_list args) {
+  auto* src = static_cast<TiffSource*>(user);
+  if (src->first_warning.empty()) {
+    char text[400];
+    std::vsnprintf(text, sizeof text, format, args);
+    src->first_warning = text;
+  }
+  return 1;  // handled: libtiff prints nothing
+}
 
 void silence_global_handlers() {
   static std::once_flag once;
@@ -83,12 +95,12 @@ void silence_global_handlers() {
 class TiffFile {
  public:
   TiffFile(const uint8_t* data, size_t size, const std::string& name, const ImageLimits& limits)
-      : name_(name), source_{data, size, 0, {}} {
+      : name_(name), source_{data, size, 0, name, {}, {}} {
     silence_global_handlers();
     TIFFOpenOptions* options = TIFFOpenOptionsAlloc();
     if (!options) throw Error(fmt::format("{}: cannot initialise the TIFF decoder", name));
     TIFFOpenOptionsSetErrorHandlerExtR(options, capture_error, &source_);
-    TIFFOpenOptionsSetWarningHandlerExtR(options, ignore_warning, &source_);
+    TIFFOpenOptionsSetWarningHandlerExtR(options, capture_warning, &source_);
     // No single buffer (a strip, a tile, a tag array) larger than 16 bytes per allowed pixel.
     const int64_t cap = std::max<int64_t>(64ll << 20, std::min<int64_t>(limits.max_pixels, int64_t(1) << 40) * 16);
     TIFFOpenOptionsSetMaxSingleMemAlloc(options, tmsize_t(cap));
@@ -118,7 +130,10 @@ class TiffFile {
       if (++pages > max_pages)
         throw Error(fmt::format("{}: TIFF has more than {} pages (directories), over the limit", name_, max_pages));
     }
-    source_.first_error.clear();  // the error that ended the chain is not the caller's problem
+    // libtiff stops at a directory pointing back at an earlier one, with a warning.
+    if (source_.first_warning.find("looping") != std::string::npos)
+      throw Error(fmt::format("{}: damaged TIFF: its directory chain loops ({})", name_, source_.first_warning));
+    source_.first_error.clear();  // an unreadable directory ends the count; decoding that page reports it
     return pages;
   }
 
