@@ -199,6 +199,7 @@ def main():
     p2 = poster(160, 120, "TIFF page 2", (0, 0, 220)).convert("L")
     p1.save(os.path.join(OUT, "pages2.tif"), save_all=True, append_images=[p2], compression="tiff_deflate")
     pdf("pages3.pdf", [pdf_page(n) for n in (1, 2, 3)], 144, 108)
+    pdf("rotated.pdf", [pdf_page(4), pdf_page(5)], 144, 108, rotate=[90, 270])  # landscape pages turned portrait
 
     # --- WebP
     save(rgb, "lossy.webp", quality=80)
@@ -291,6 +292,11 @@ def main():
             subprocess.run(["pdftoppm", "-r", str(dpi), "-f", str(page), "-l", str(page), "-singlefile",
                             os.path.join(OUT, "pages3.pdf"), prefix], check=True)
             golden[f"pages3.pdf#{page}@{dpi}"] = Image.open(prefix + ".ppm").convert("RGB")
+    for page in (1, 2):
+        prefix = os.path.join(tmp, f"r{page}")
+        subprocess.run(["pdftoppm", "-r", "72", "-f", str(page), "-l", str(page), "-singlefile",
+                        os.path.join(OUT, "rotated.pdf"), prefix], check=True)
+        golden[f"rotated.pdf#{page}@72"] = Image.open(prefix + ".ppm").convert("RGB")
     write_safetensors(os.path.join(OUT, "decoded.safetensors"), golden)
     total = sum(os.path.getsize(os.path.join(OUT, f)) for f in os.listdir(OUT))
     print(f"{len(os.listdir(OUT))} files, {total} bytes in {OUT}")

@@ -145,6 +145,23 @@ TEST_CASE("PDF pages render at the requested dpi like pdftoppm") {
   }
 }
 
+TEST_CASE("PDF pages with /Rotate come out turned, sized before rendering") {
+  const std::vector<uint8_t> bytes = read_image_bytes(sample("rotated.pdf"));
+  for (int page = 1; page <= 2; ++page) {
+    DecodeRequest request;
+    request.page = page;
+    request.pdf_dpi = 72;
+    const RgbImage image = decode_image(bytes.data(), bytes.size(), "rotated.pdf", {}, request);
+    CHECK(image.width == 108);  // a 144x108 pt page turned a quarter
+    CHECK(image.height == 144);
+    check_against_golden(image, "rotated.pdf#" + std::to_string(page) + "@72", 0);
+    // The limit is checked on the turned size, exactly.
+    ImageLimits exact;
+    exact.max_pixels = 108 * 144;
+    CHECK(decode_image(bytes.data(), bytes.size(), "rotated.pdf", exact, request).width == 108);
+  }
+}
+
 TEST_CASE("single-image formats have one page") {
   for (const char* name : {"sample.webp", "sample.bmp", "sample.gif"}) {
     CAPTURE(name);
