@@ -271,6 +271,9 @@ def main():
     tr = pal.copy()
     tr.info["transparency"] = 3
     save(tr, "palette_trns.png", transparency=3)
+    save(rgba, "rgba.png")
+    save(g16, "gray16.png")
+    write_png_rgb16(os.path.join(OUT, "rgb16.png"), W, H, rgb16)
     save(rgb.convert("CMYK"), "cmyk.jpg", quality=90)
     save(gray, "gray.jpg", quality=90)
 
@@ -300,6 +303,19 @@ def main():
     write_safetensors(os.path.join(OUT, "decoded.safetensors"), golden)
     total = sum(os.path.getsize(os.path.join(OUT, f)) for f in os.listdir(OUT))
     print(f"{len(os.listdir(OUT))} files, {total} bytes in {OUT}")
+
+
+def write_png_rgb16(path, w, h, little_endian_samples):
+    """A 16-bit RGB PNG (PIL cannot write one) from little-endian samples."""
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    raw = b""
+    for y in range(h):
+        row = little_endian_samples[y * w * 6:(y + 1) * w * 6]
+        raw += b"\0" + b"".join(row[i + 1:i + 2] + row[i:i + 1] for i in range(0, len(row), 2))
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 16, 2, 0, 0, 0)) +
+                chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
 
 
 def write_raw_tiff(path, w, h, bits, spp, photometric, pixels):
