@@ -205,6 +205,9 @@ def main():
     save(rgb, "lossy.webp", quality=80)
     save(rgba, "lossless_alpha.webp", lossless=True, exact=True)
     save(rgba, "lossy_alpha.webp", quality=80)
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    save(rgb, "exif6.webp", lossless=True, exif=exif.tobytes())
     frames = [rgb, rgb.transpose(Image.FLIP_LEFT_RIGHT)]
     frames[0].save(os.path.join(OUT, "animated.webp"), save_all=True, append_images=frames[1:], duration=100)
 
