@@ -266,6 +266,13 @@ def main():
     save(pal, "palette.gif")
     save(pal, "interlaced.gif", interlace=True)
     save(pal, "transparent.gif", transparency=5)
+    gpal = [((i * 37) % 256, (i * 91) % 256, (255 - i) % 256) for i in range(256)]
+    lpal = [((i * 13) % 256, 200, (i * 5) % 256) for i in range(256)]
+    write_gif_offset_frame(os.path.join(OUT, "offset_frame.gif"), (W, H), (5, 4, 20, 15), gpal)
+    write_gif_offset_frame(os.path.join(OUT, "offset_frame_transparent.gif"), (W, H), (5, 4, 20, 15), gpal,
+                           transparent=9)
+    write_gif_offset_frame(os.path.join(OUT, "local_palette_overhang.gif"), (W, H), (30, 20, 20, 15), gpal,
+                           local_palette=lpal)
     frames = [pal, rgb.transpose(Image.FLIP_TOP_BOTTOM).quantize(64)]
     frames[0].save(os.path.join(OUT, "animated.gif"), save_all=True, append_images=frames[1:], duration=100)
 
@@ -306,6 +313,46 @@ def main():
     write_safetensors(os.path.join(OUT, "decoded.safetensors"), golden)
     total = sum(os.path.getsize(os.path.join(OUT, f)) for f in os.listdir(OUT))
     print(f"{len(os.listdir(OUT))} files, {total} bytes in {OUT}")
+
+
+def gif_lzw(indices):
+    """8-bit GIF LZW data without compression: each pixel its own 9-bit code, a clear code
+    often enough that the decoder's table never grows past 9 bits."""
+    clear, end = 256, 257
+    codes = [clear]
+    for i, v in enumerate(indices):
+        if i and i % 250 == 0:
+            codes.append(clear)
+        codes.append(v)
+    codes.append(end)
+    bits, nbits, out = 0, 0, bytearray()
+    for c in codes:
+        bits |= c << nbits
+        nbits += 9
+        while nbits >= 8:
+            out.append(bits & 255)
+            bits >>= 8
+            nbits -= 8
+    if nbits:
+        out.append(bits & 255)
+    blocks = b"".join(bytes([len(out[i:i + 255])]) + bytes(out[i:i + 255]) for i in range(0, len(out), 255))
+    return b"\x08" + blocks + b"\x00"
+
+
+def write_gif_offset_frame(path, screen, frame, palette, local_palette=None, transparent=None):
+    """A GIF whose only frame covers part of (or sticks out of) the logical screen."""
+    sw, sh = screen
+    left, top, fw, fh = frame
+    out = b"GIF89a" + struct.pack("<HHBBB", sw, sh, 0xF7, 0, 0) + bytes(sum(palette, ()))
+    if transparent is not None:
+        out += b"\x21\xf9\x04\x01\x00\x00" + bytes([transparent]) + b"\x00"
+    flags = 0x87 if local_palette else 0
+    out += b"," + struct.pack("<HHHHB", left, top, fw, fh, flags)
+    if local_palette:
+        out += bytes(sum(local_palette, ()))
+    out += gif_lzw([(x * 3 + y * 7) % 256 for y in range(fh) for x in range(fw)]) + b";"
+    with open(path, "wb") as f:
+        f.write(out)
 
 
 def write_png_rgb16(path, w, h, little_endian_samples):
