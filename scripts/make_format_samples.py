@@ -227,6 +227,9 @@ def main():
     save(rgb, "orientation6.tif", tiffinfo={274: 6})
     subprocess.run(["tiffcp", "-t", "-w", "16", "-l", "16", "-c", "lzw", os.path.join(OUT, "rgb8.tif"),
                     os.path.join(OUT, "rgb8_tiled.tif")], check=True)
+    # Separate colour planes: libtiff's own RGBA conversion (TIFFRGBAImage) in qvl.
+    subprocess.run(["tiffcp", "-p", "separate", os.path.join(OUT, "rgb8.tif"), os.path.join(OUT, "rgb8_planar.tif")],
+                   check=True)
     # 16-bit RGB: PIL cannot write it; tiffcp keeps the samples of a raw file we write ourselves.
     rgb16 = b"".join(struct.pack("<HHH", (x * 1500 + 7) % 65536, (y * 2100 + 300) % 65536, (x * y * 97) % 65536)
                      for y in range(H) for x in range(W))
