@@ -2,8 +2,8 @@
 // decoder used before them (layer.cpp's rms_norm and attend_block, rope.cpp's
 // apply_rope, restated here so the tests keep their meaning once the decoder
 // calls the kernels), on every tier this CPU runs (kernels/cpu.h), float32 and
-// bfloat16, with sizes that leave partial vectors. Norms, rotary and the
-// residual add must give ATen's bits on every tier; attention and SiLU use
+// bfloat16, with sizes that leave partial vectors. Norms and rotary must give
+// ATen's bits on every tier; attention and SiLU use
 // their own summation order or exponential and get a tolerance derived below,
 // and the avx2 and avx512 tiers must agree on them bit for bit.
 #include <algorithm>
@@ -17,6 +17,7 @@
 #include "qvl/kernels/decode_ops.h"
 #include "qvl/kernels/decode_ops_detail.h"
 #include "qvl/model/config.h"
+#include "qvl/tensor/aten_sum_order.h"
 #include "torch_test_support.h"
 
 using namespace qvl;
@@ -34,6 +35,8 @@ std::vector<Isa> tiers_here() {
 }
 const at::ScalarType kDtypes[] = {at::kFloat, at::kBFloat16};
 Storage storage_of(at::ScalarType t) { return t == at::kFloat ? Storage::F32 : Storage::BF16; }
+// The vector width of this ATen's float sum, which the norms reproduce.
+const int kLanes = tensor::aten_sum_lanes();
 
 // layer.cpp's rms_norm and rope.cpp's apply_rope as they were before the kernels.
 at::Tensor aten_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
@@ -72,18 +75,18 @@ TEST_CASE("decode ops: rms_norm_rows gives layer.cpp's rms_norm bit for bit") {
           at::Tensor x = activations({rows, cols}, dtype, 4.0);
           at::Tensor weight = (at::rand({cols}) * 2).to(at::kBFloat16).to(dtype);  // bf16 values, as checkpoints hold
           at::Tensor y = at::empty_like(x);
-          rms_norm_rows(storage_of(dtype), x.data_ptr(), weight.data_ptr(), y.data_ptr(), rows, cols, 1e-6, isa);
+          rms_norm_rows(storage_of(dtype), x.data_ptr(), weight.data_ptr(), y.data_ptr(), rows, cols, 1e-6, kLanes, isa);
           CHECK(at::equal(y, aten_rms_norm(x, weight, 1e-6)));
 
           at::Tensor in_place = x.clone();
           rms_norm_rows(storage_of(dtype), in_place.data_ptr(), weight.data_ptr(), in_place.data_ptr(), rows, cols,
-                        1e-6, isa);
+                        1e-6, kLanes, isa);
           CHECK(at::equal(in_place, y));
         }
 }
 
 TEST_CASE("decode ops: the norms' sum order for any ATen vector width is the same on every tier") {
-  // This ATen sums in one vector width only (aten_sum_lanes()); the test above
+  // This ATen sums in one vector width only (tensor::aten_sum_lanes()); the test above
   // checks that order against ATen. The other orders cannot be checked against
   // this ATen, but every tier must at least agree with the portable one on them.
   at::manual_seed(19);
@@ -147,12 +150,14 @@ TEST_CASE("decode ops: head_norm_rope gives rope(rms_norm(q)) bit for bit, with 
           at::Tensor weight = (at::rand({head_dim}) * 2).to(at::kBFloat16).to(dtype);
           at::Tensor y = at::empty_like(x);
           head_norm_rope(storage_of(dtype), x.data_ptr(), weight.data_ptr(), rope.cos.data_ptr<float>(),
-                         rope.sin.data_ptr<float>(), y.data_ptr(), tokens, heads, head_dim, cfg.rms_norm_eps, isa);
+                         rope.sin.data_ptr<float>(), y.data_ptr(), tokens, heads, head_dim, cfg.rms_norm_eps,
+                         kLanes, isa);
           const at::Tensor want = aten_rope(aten_rms_norm(x, weight, cfg.rms_norm_eps), rope.cos, rope.sin);
           CHECK(at::equal(y, want));
 
           head_norm_rope(storage_of(dtype), x.data_ptr(), weight.data_ptr(), rope.cos.data_ptr<float>(),
-                         rope.sin.data_ptr<float>(), x.data_ptr(), tokens, heads, head_dim, cfg.rms_norm_eps, isa);
+                         rope.sin.data_ptr<float>(), x.data_ptr(), tokens, heads, head_dim, cfg.rms_norm_eps,
+                         kLanes, isa);
           CHECK(at::equal(x, want));  // in place
         }
 }
@@ -175,10 +180,10 @@ TEST_CASE("decode ops: head_norm_rope on head sizes that leave partial vectors")
         at::Tensor weight = (at::rand({head_dim}) * 2).to(at::kBFloat16).to(dtype);
         at::Tensor y = at::empty_like(x);
         head_norm_rope(storage_of(dtype), x.data_ptr(), weight.data_ptr(), cos.data_ptr<float>(),
-                       sin.data_ptr<float>(), y.data_ptr(), tokens, heads, head_dim, 1e-6, isa);
+                       sin.data_ptr<float>(), y.data_ptr(), tokens, heads, head_dim, 1e-6, kLanes, isa);
         CHECK(at::equal(y, aten_rope(aten_rms_norm(x, weight, 1e-6), cos, sin)));
       }
-  CHECK_THROWS_AS(head_norm_rope(Storage::F32, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1, 5, 1e-6),
+  CHECK_THROWS_AS(head_norm_rope(Storage::F32, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1, 5, 1e-6, kLanes),
                   qvl::Error);
 }
 
@@ -383,17 +388,16 @@ TEST_CASE("decode ops: a tier this CPU cannot run is refused") {
   REQUIRE(missing != Isa::Generic);
   at::Tensor x = at::ones({2, 8}), w = at::ones({8}), y = at::empty({2, 8});
   const at::Tensor table = at::zeros({2, 8});
-  CHECK_THROWS_AS(rms_norm_rows(Storage::F32, x.data_ptr(), w.data_ptr(), y.data_ptr(), 2, 8, 1e-6, missing),
+  CHECK_THROWS_AS(rms_norm_rows(Storage::F32, x.data_ptr(), w.data_ptr(), y.data_ptr(), 2, 8, 1e-6, kLanes, missing),
                   qvl::Error);
   CHECK_THROWS_AS(head_norm_rope(Storage::F32, x.data_ptr(), w.data_ptr(), table.data_ptr<float>(),
-                                 table.data_ptr<float>(), y.data_ptr(), 2, 1, 8, 1e-6, missing),
+                                 table.data_ptr<float>(), y.data_ptr(), 2, 1, 8, 1e-6, kLanes, missing),
                   qvl::Error);
   at::Tensor cache = at::zeros({1, 4, 8});
   const KvSequence seq{cache.data_ptr(), cache.data_ptr(), 4, 4};
   CHECK_THROWS_AS(decode_attention(Storage::F32, x.data_ptr(), &seq, 1, {1, 1, 8}, y.data_ptr(), missing),
                   qvl::Error);
   CHECK_THROWS_AS(silu_mul(Storage::F32, x.data_ptr(), w.data_ptr(), 8, missing), qvl::Error);
-  CHECK_THROWS_AS(add_into(Storage::F32, x.data_ptr(), w.data_ptr(), 8, missing), qvl::Error);
   CHECK(at::equal(x, at::ones({2, 8})));  // refused before touching anything
 }
 
@@ -435,21 +439,5 @@ TEST_CASE("decode ops: silu_mul rounds silu(gate) once, then the product") {
           at::silu_(aten).mul_(up);
           CHECK(((got - aten).abs() <= aten.abs() * std::ldexp(1.0, -20) + 1e-30).all().item<bool>());
         }
-      }
-}
-
-TEST_CASE("decode ops: add_into is ATen's add bit for bit") {
-  at::manual_seed(18);
-  for (Isa isa : tiers_here())
-    for (at::ScalarType dtype : kDtypes)
-      for (int64_t n : {int64_t(8 * 2048), int64_t(2048), int64_t(5)}) {
-        const std::string tier = isa_name(isa);
-        CAPTURE(tier);
-        const std::string dtype_name = c10::toString(dtype);
-        CAPTURE(dtype_name);
-        const at::Tensor x = activations({n}, dtype, 20.0), add = activations({n}, dtype);
-        at::Tensor got = x.clone();
-        add_into(storage_of(dtype), got.data_ptr(), add.data_ptr(), n, isa);
-        CHECK(at::equal(got, x + add));
       }
 }
