@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "qvl/kernels/decode_ops_detail.h"
+#include "qvl/kernels/decode_ops_simd.h"
 #include "qvl/kernels/simd_avx2.h"
 
 namespace qvl::kernels::decode_detail {
@@ -20,7 +21,7 @@ namespace {
 
 using namespace simd_avx2;
 
-// ATen's sum order (see sum_of_squares_in_order) on vectors of 16 or 8 lanes.
+// ATen's sum order (see sum_of_squares_in_order) on vectors of 16 lanes.
 struct Lanes16 {
   using V = F32x16;
   static constexpr int kWidth = 16;
@@ -36,25 +37,10 @@ struct Lanes16 {
     _mm256_storeu_ps(p + kLanes, v.hi);
   }
 };
-struct Lanes8 {
-  using V = __m256;
-  static constexpr int kWidth = 8;
-  static V zero() { return _mm256_setzero_ps(); }
-  static V add(V a, V b) { return _mm256_add_ps(a, b); }
-  template <class T>
-  static V square(const T* p) {
-    const V v = load(p);
-    return _mm256_mul_ps(v, v);
-  }
-  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
-};
 
 template <class T>
 float sum_of_squares(const T* x, int64_t n, int lanes) {
-  if (lanes == 16 && n >= 16) return cascade_sum_of_squares<Lanes16>(x, n);
-  if (lanes == 8 && n >= 8) return cascade_sum_of_squares<Lanes8>(x, n);
-  // Shorter than a vector: ATen adds one value at a time (the portable code).
-  return sum_of_squares_in_order(sizeof(T) == 4 ? Storage::F32 : Storage::BF16, x, n, lanes);
+  return vector_sum_of_squares<Lanes16>(x, n, lanes);
 }
 
 template <class T>
