@@ -46,7 +46,8 @@ inline std::vector<uint16_t> to_bf16(const std::vector<float>& values) {
 
 template <class T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+  // (memcmp of empty vectors would be handed null pointers: undefined.)
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 // Sets the OpenMP team size (what at::set_num_threads sets) for a scope.
