@@ -2,7 +2,9 @@
 # Builds the unit tests with AddressSanitizer + UndefinedBehaviorSanitizer
 # (-DQVL_SANITIZE=ON) into build-asan/ and runs them; any sanitizer report
 # fails the run. Only qvl_core and its tests are built: everything that reads
-# untrusted files lives there, and it builds in a couple of minutes.
+# untrusted files lives there, and so do the CPU kernels (lib/qvl/kernels:
+# GEMVs, int8 cache files, decode and vision ops, tested without torch in
+# tests/unit/test_kernels_*.cpp); it builds in a couple of minutes.
 #
 #   scripts/test_sanitize.sh            qvl_unit_tests
 #   scripts/test_sanitize.sh --model    also qvl_model_tests (torch; slow to build)

@@ -22,6 +22,7 @@
 
 #include "qvl/kernels/cpu.h"
 #include "qvl/kernels/decode_ops.h"
+#include "qvl/tensor/aten_sum_order.h"
 
 using namespace qvl::kernels;
 
@@ -114,27 +115,29 @@ Times run_kernels(std::vector<Layer>& layers, Step& s, int64_t batch, int64_t co
   at::Tensor q = at::empty_like(s.q), k = at::empty_like(s.k);
   at::Tensor attn = at::empty({batch, kHeads * kHeadDim}, s.q.options());
   std::vector<KvSequence> sequences(batch);
+  const int lanes = qvl::tensor::aten_sum_lanes();
   for (Layer& layer : layers) {
     Clock clock{t};
-    rms_norm_rows(st, hidden.data_ptr(), layer.input_norm.data_ptr(), x.data_ptr(), batch, kHidden, kEps, isa);
+    rms_norm_rows(st, hidden.data_ptr(), layer.input_norm.data_ptr(), x.data_ptr(), batch, kHidden, kEps, lanes, isa);
     clock.lap(kNorms);
     const float* cos = s.cos.data_ptr<float>();
     const float* sin = s.sin.data_ptr<float>();
-    head_norm_rope(st, s.q.data_ptr(), layer.q_norm.data_ptr(), cos, sin, q.data_ptr(), batch, kHeads, kHeadDim, kEps, isa);
+    head_norm_rope(st, s.q.data_ptr(), layer.q_norm.data_ptr(), cos, sin, q.data_ptr(), batch, kHeads, kHeadDim, kEps,
+                   lanes, isa);
     head_norm_rope(st, s.k.data_ptr(), layer.k_norm.data_ptr(), cos, sin, k.data_ptr(), batch, kKvHeads, kHeadDim,
-                   kEps, isa);
+                   kEps, lanes, isa);
     clock.lap(kQkNormRope);
     for (int64_t b = 0; b < batch; ++b)
       sequences[b] = {layer.keys[b].data_ptr(), layer.values[b].data_ptr(), layer.keys[b].size(1), context};
     decode_attention(st, q.data_ptr(), sequences.data(), batch, {kHeads, kKvHeads, kHeadDim}, attn.data_ptr(), isa);
     clock.lap(kAttention);
-    add_into(st, hidden.data_ptr(), s.o.data_ptr(), hidden.numel(), isa);
+    hidden.add_(s.o);  // as layer.cpp adds the residual
     clock.lap(kResidual);
-    rms_norm_rows(st, hidden.data_ptr(), layer.post_norm.data_ptr(), x.data_ptr(), batch, kHidden, kEps, isa);
+    rms_norm_rows(st, hidden.data_ptr(), layer.post_norm.data_ptr(), x.data_ptr(), batch, kHidden, kEps, lanes, isa);
     clock.lap(kNorms);
     silu_mul(st, layer.gate.data_ptr(), s.up.data_ptr(), layer.gate.numel(), isa);
     clock.lap(kSiluMul);
-    add_into(st, hidden.data_ptr(), s.down.data_ptr(), hidden.numel(), isa);
+    hidden.add_(s.down);
     clock.lap(kResidual);
   }
   return t;

@@ -2,10 +2,12 @@
 // decoder used before them (layer.cpp's rms_norm and attend_block, rope.cpp's
 // apply_rope, restated here so the tests keep their meaning once the decoder
 // calls the kernels), on every tier this CPU runs (kernels/cpu.h), float32 and
-// bfloat16, with sizes that leave partial vectors. Norms, rotary and the
-// residual add must give ATen's bits on every tier; attention and SiLU use
-// their own summation order or exponential and get a tolerance derived below,
-// and the avx2 and avx512 tiers must agree on them bit for bit.
+// bfloat16, with sizes that leave partial vectors. Norms and rotary must give
+// ATen's bits on every tier; attention and SiLU use
+// their own summation order or exponential and get a tolerance derived below.
+// That the avx2 and avx512 tiers agree bit for bit, and every tier sums the
+// norms in the order it is given, is checked without torch in the unit suite
+// (tests/unit/test_kernels_tiers.cpp).
 #include <algorithm>
 #include <string>
 #include <cmath>
@@ -15,8 +17,8 @@
 #include "qvl/error.h"
 #include "qvl/kernels/cpu.h"
 #include "qvl/kernels/decode_ops.h"
-#include "qvl/kernels/decode_ops_detail.h"
 #include "qvl/model/config.h"
+#include "qvl/tensor/aten_sum_order.h"
 #include "torch_test_support.h"
 
 using namespace qvl;
@@ -34,6 +36,8 @@ std::vector<Isa> tiers_here() {
 }
 const at::ScalarType kDtypes[] = {at::kFloat, at::kBFloat16};
 Storage storage_of(at::ScalarType t) { return t == at::kFloat ? Storage::F32 : Storage::BF16; }
+// The vector width of this ATen's float sum, which the norms reproduce.
+const int kLanes = tensor::aten_sum_lanes();
 
 // layer.cpp's rms_norm and rope.cpp's apply_rope as they were before the kernels.
 at::Tensor aten_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
@@ -72,56 +76,13 @@ TEST_CASE("decode ops: rms_norm_rows gives layer.cpp's rms_norm bit for bit") {
           at::Tensor x = activations({rows, cols}, dtype, 4.0);
           at::Tensor weight = (at::rand({cols}) * 2).to(at::kBFloat16).to(dtype);  // bf16 values, as checkpoints hold
           at::Tensor y = at::empty_like(x);
-          rms_norm_rows(storage_of(dtype), x.data_ptr(), weight.data_ptr(), y.data_ptr(), rows, cols, 1e-6, isa);
+          rms_norm_rows(storage_of(dtype), x.data_ptr(), weight.data_ptr(), y.data_ptr(), rows, cols, 1e-6, kLanes, isa);
           CHECK(at::equal(y, aten_rms_norm(x, weight, 1e-6)));
 
           at::Tensor in_place = x.clone();
           rms_norm_rows(storage_of(dtype), in_place.data_ptr(), weight.data_ptr(), in_place.data_ptr(), rows, cols,
-                        1e-6, isa);
+                        1e-6, kLanes, isa);
           CHECK(at::equal(in_place, y));
-        }
-}
-
-TEST_CASE("decode ops: the norms' sum order for any ATen vector width is the same on every tier") {
-  // This ATen sums in one vector width only (aten_sum_lanes()); the test above
-  // checks that order against ATen. The other orders cannot be checked against
-  // this ATen, but every tier must at least agree with the portable one on them.
-  at::manual_seed(19);
-  const decode_detail::DecodeKernels& portable = decode_detail::decode_kernels(Isa::Generic, "test");
-  for (Isa isa : tiers_here())
-    for (int lanes : {1, 8, 16})
-      for (at::ScalarType dtype : kDtypes)
-        for (int64_t cols : {2048, 6144, 128, 1000, 37, 9}) {
-          const std::string tier = isa_name(isa);
-          CAPTURE(tier);
-          CAPTURE(lanes);
-          CAPTURE(cols);
-          const int64_t rows = 3;
-          const at::Tensor x = activations({rows, cols}, dtype, 4.0);
-          const at::Tensor weight = (at::rand({cols}) * 2).to(dtype);
-          at::Tensor a = at::empty_like(x), b = at::empty_like(x);
-          decode_detail::NormJob job{storage_of(dtype), x.data_ptr(), weight.data_ptr(), a.data_ptr(), cols, 1e-6f,
-                                     lanes};
-          portable.rms_norm_rows(job, 0, rows);
-          job.y = b.data_ptr();
-          decode_detail::decode_kernels(isa, "test").rms_norm_rows(job, 0, rows);
-          CHECK(at::equal(a, b));
-
-          // The per-head norm sums the same way: the first head_dim values of
-          // each row as one token's heads (all rotated by the one table row).
-          const int64_t head_dim = cols / 2 * 2;
-          if (head_dim > 256 || head_dim < 2) continue;
-          const at::Tensor angles = at::rand({1, head_dim}) * 100;
-          const at::Tensor cos = angles.cos(), sin = angles.sin();
-          const at::Tensor heads = x.narrow(1, 0, head_dim).contiguous();
-          at::Tensor c = at::empty_like(heads), d = at::empty_like(heads);
-          decode_detail::HeadRopeJob rope{storage_of(dtype), heads.data_ptr(), weight.data_ptr(),
-                                          cos.data_ptr<float>(), sin.data_ptr<float>(), c.data_ptr(), rows,
-                                          head_dim, 1e-6f, lanes};
-          portable.head_norm_rope_rows(rope, 0, rows);
-          rope.y = d.data_ptr();
-          decode_detail::decode_kernels(isa, "test").head_norm_rope_rows(rope, 0, rows);
-          CHECK(at::equal(c, d));
         }
 }
 
@@ -147,12 +108,14 @@ TEST_CASE("decode ops: head_norm_rope gives rope(rms_norm(q)) bit for bit, with 
           at::Tensor weight = (at::rand({head_dim}) * 2).to(at::kBFloat16).to(dtype);
           at::Tensor y = at::empty_like(x);
           head_norm_rope(storage_of(dtype), x.data_ptr(), weight.data_ptr(), rope.cos.data_ptr<float>(),
-                         rope.sin.data_ptr<float>(), y.data_ptr(), tokens, heads, head_dim, cfg.rms_norm_eps, isa);
+                         rope.sin.data_ptr<float>(), y.data_ptr(), tokens, heads, head_dim, cfg.rms_norm_eps,
+                         kLanes, isa);
           const at::Tensor want = aten_rope(aten_rms_norm(x, weight, cfg.rms_norm_eps), rope.cos, rope.sin);
           CHECK(at::equal(y, want));
 
           head_norm_rope(storage_of(dtype), x.data_ptr(), weight.data_ptr(), rope.cos.data_ptr<float>(),
-                         rope.sin.data_ptr<float>(), x.data_ptr(), tokens, heads, head_dim, cfg.rms_norm_eps, isa);
+                         rope.sin.data_ptr<float>(), x.data_ptr(), tokens, heads, head_dim, cfg.rms_norm_eps,
+                         kLanes, isa);
           CHECK(at::equal(x, want));  // in place
         }
 }
@@ -175,10 +138,10 @@ TEST_CASE("decode ops: head_norm_rope on head sizes that leave partial vectors")
         at::Tensor weight = (at::rand({head_dim}) * 2).to(at::kBFloat16).to(dtype);
         at::Tensor y = at::empty_like(x);
         head_norm_rope(storage_of(dtype), x.data_ptr(), weight.data_ptr(), cos.data_ptr<float>(),
-                       sin.data_ptr<float>(), y.data_ptr(), tokens, heads, head_dim, 1e-6, isa);
+                       sin.data_ptr<float>(), y.data_ptr(), tokens, heads, head_dim, 1e-6, kLanes, isa);
         CHECK(at::equal(y, aten_rope(aten_rms_norm(x, weight, 1e-6), cos, sin)));
       }
-  CHECK_THROWS_AS(head_norm_rope(Storage::F32, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1, 5, 1e-6),
+  CHECK_THROWS_AS(head_norm_rope(Storage::F32, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1, 5, 1e-6, kLanes),
                   qvl::Error);
 }
 
@@ -333,70 +296,6 @@ TEST_CASE("decode ops: decode_attention refuses inconsistent shapes and caches")
   CHECK_THROWS_AS(decode_attention(Storage::F32, q.data_ptr(), &good, 1, {4, 3, 8}, out.data_ptr()), qvl::Error);
 }
 
-TEST_CASE("decode ops: the avx2 and avx512 tiers give the same bits") {
-  // Both evaluate every lane with the same operations in the same order (the
-  // 16-lane dot products and sums as two 8-lane halves on avx2), so their
-  // attention and SiLU must agree exactly, on the Qwen3-VL shape and on the
-  // shapes the specialized code does not cover.
-  if (!isa_supported(Isa::Avx2) || !isa_supported(Isa::Avx512)) return;
-  at::manual_seed(16);
-  struct Shape {
-    int64_t heads, kv_heads, head_dim;
-  };
-  for (at::ScalarType dtype : kDtypes)
-    for (const Shape& shape : {Shape{16, 8, 128}, Shape{8, 1, 40}, Shape{6, 2, 128}, Shape{3, 3, 17}}) {
-      const std::string dtype_name = c10::toString(dtype);
-      CAPTURE(dtype_name);
-      CAPTURE(shape.heads);
-      CAPTURE(shape.head_dim);
-      const Storage s = storage_of(dtype);
-      const AttentionShape attention{shape.heads, shape.kv_heads, shape.head_dim};
-      std::vector<TestCache> caches;
-      std::vector<KvSequence> sequences;
-      for (int64_t visible : {300, 1000, 31}) {
-        caches.push_back(make_cache(shape.kv_heads, 1024, shape.head_dim, visible, dtype));
-        sequences.push_back({caches.back().keys.data_ptr(), caches.back().values.data_ptr(), 1024, visible});
-      }
-      const at::Tensor q = activations({3, shape.heads, shape.head_dim}, dtype);
-      at::Tensor a = at::empty({3, shape.heads * shape.head_dim}, dtype), b = at::empty_like(a);
-      decode_attention(s, q.data_ptr(), sequences.data(), 3, attention, a.data_ptr(), Isa::Avx2);
-      decode_attention(s, q.data_ptr(), sequences.data(), 3, attention, b.data_ptr(), Isa::Avx512);
-      CHECK(at::equal(a, b));
-    }
-  for (at::ScalarType dtype : kDtypes) {
-    // Far past where e^-g is clamped, both signs of zero, and a partial vector.
-    const at::Tensor extremes = at::tensor({-200.0f, -88.5f, -87.0f, -0.0f, 0.0f, 87.5f, 88.0f, 89.0f, 200.0f});
-    const at::Tensor gate = at::cat({activations({3 * (6144 + 7)}, dtype, 3.0).to(at::kFloat), extremes}).to(dtype);
-    const at::Tensor up = activations({gate.numel()}, dtype);
-    at::Tensor ga = gate.clone(), gb = gate.clone();
-    silu_mul(storage_of(dtype), ga.data_ptr(), up.data_ptr(), ga.numel(), Isa::Avx2);
-    silu_mul(storage_of(dtype), gb.data_ptr(), up.data_ptr(), gb.numel(), Isa::Avx512);
-    CHECK(at::equal(ga, gb));
-  }
-}
-
-TEST_CASE("decode ops: a tier this CPU cannot run is refused") {
-  // neon on x86, the x86 tiers on aarch64: there is always one.
-  Isa missing = Isa::Generic;
-  for (Isa isa : kAllTiers)
-    if (!isa_supported(isa)) missing = isa;
-  REQUIRE(missing != Isa::Generic);
-  at::Tensor x = at::ones({2, 8}), w = at::ones({8}), y = at::empty({2, 8});
-  const at::Tensor table = at::zeros({2, 8});
-  CHECK_THROWS_AS(rms_norm_rows(Storage::F32, x.data_ptr(), w.data_ptr(), y.data_ptr(), 2, 8, 1e-6, missing),
-                  qvl::Error);
-  CHECK_THROWS_AS(head_norm_rope(Storage::F32, x.data_ptr(), w.data_ptr(), table.data_ptr<float>(),
-                                 table.data_ptr<float>(), y.data_ptr(), 2, 1, 8, 1e-6, missing),
-                  qvl::Error);
-  at::Tensor cache = at::zeros({1, 4, 8});
-  const KvSequence seq{cache.data_ptr(), cache.data_ptr(), 4, 4};
-  CHECK_THROWS_AS(decode_attention(Storage::F32, x.data_ptr(), &seq, 1, {1, 1, 8}, y.data_ptr(), missing),
-                  qvl::Error);
-  CHECK_THROWS_AS(silu_mul(Storage::F32, x.data_ptr(), w.data_ptr(), 8, missing), qvl::Error);
-  CHECK_THROWS_AS(add_into(Storage::F32, x.data_ptr(), w.data_ptr(), 8, missing), qvl::Error);
-  CHECK(at::equal(x, at::ones({2, 8})));  // refused before touching anything
-}
-
 TEST_CASE("decode ops: silu_mul rounds silu(gate) once, then the product") {
   // The kernel's contract is float32 math with one rounding of silu(g) to the
   // storage and one of the product: want = round(round(silu(g))·up), silu(g)
@@ -435,21 +334,5 @@ TEST_CASE("decode ops: silu_mul rounds silu(gate) once, then the product") {
           at::silu_(aten).mul_(up);
           CHECK(((got - aten).abs() <= aten.abs() * std::ldexp(1.0, -20) + 1e-30).all().item<bool>());
         }
-      }
-}
-
-TEST_CASE("decode ops: add_into is ATen's add bit for bit") {
-  at::manual_seed(18);
-  for (Isa isa : tiers_here())
-    for (at::ScalarType dtype : kDtypes)
-      for (int64_t n : {int64_t(8 * 2048), int64_t(2048), int64_t(5)}) {
-        const std::string tier = isa_name(isa);
-        CAPTURE(tier);
-        const std::string dtype_name = c10::toString(dtype);
-        CAPTURE(dtype_name);
-        const at::Tensor x = activations({n}, dtype, 20.0), add = activations({n}, dtype);
-        at::Tensor got = x.clone();
-        add_into(storage_of(dtype), got.data_ptr(), add.data_ptr(), n, isa);
-        CHECK(at::equal(got, x + add));
       }
 }

@@ -15,9 +15,9 @@
 #include "qvl/decoder/rope.h"
 #include "qvl/decoder/torch_view.h"
 #include "qvl/error.h"
-#include "qvl/kernels/linear.h"
 #include "qvl/io/safetensors.h"
 #include "qvl/model/config.h"
+#include "qvl/tensor/linear.h"
 #include "test_support.h"
 
 #include "golden_prompts.h"
@@ -467,7 +467,7 @@ TEST_CASE("decoder timing 2b: one decode step at Qwen3-VL-2B text shapes" * doct
     at::Tensor h = embeds;
     for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) h = run_decoder_layer(h, layers[i], cfg, tables, {{&cache, L}}, i, ws);
     cache.commit(L);
-    kernels::linear_into(logits, rms_norm(h.narrow(0, L - 1, 1), final_norm, cfg.rms_norm_eps), embed);
+    tensor::linear_into(logits, rms_norm(h.narrow(0, L - 1, 1), final_norm, cfg.rms_norm_eps), embed);
     return logits.argmax().item<int64_t>();
   };
   auto ms_since = [](std::chrono::steady_clock::time_point t0) {

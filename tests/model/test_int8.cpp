@@ -17,11 +17,11 @@
 #include "qvl/decoder/torch_view.h"
 #include "qvl/error.h"
 #include "qvl/io/safetensors.h"
-#include "qvl/kernels/dequant.h"
 #include "qvl/kernels/int8_cache.h"
-#include "qvl/kernels/linear.h"
 #include "qvl/kernels/quant.h"
 #include "qvl/model/config.h"
+#include "qvl/tensor/dequant.h"
+#include "qvl/tensor/linear.h"
 #include "test_support.h"
 
 #include "golden_prompts.h"
@@ -134,7 +134,7 @@ TEST_CASE("int8: a decode step (GEMV) continues a prefill (dequantized matmul) l
     CAPTURE(name);
     const Prompt p = load_prompt(name);
     const int64_t L = p.embeds.size(0);
-    if (L - 1 <= kernels::kInt8GemvMaxRows) continue;  // the head must really take the matmul path
+    if (L - 1 <= tensor::kInt8GemvMaxRows) continue;  // the head must really take the matmul path
     matmul_heads += 1;
     dec.reset();
     const at::Tensor whole = dec.forward(p.embeds, p.positions, p.deepstack_ptr());
@@ -281,30 +281,43 @@ TEST_CASE("int8: without a cache folder the decoder refuses with a one-line erro
   CHECK(err.find('\n') == std::string::npos);
 }
 
-TEST_CASE("int8 dequantize_rows_into: float equals dequantize_int8, bf16 is its rounding") {
+namespace {
+
+// q · scale as float32 [rows, cols], straight from the matrix's fields.
+at::Tensor dequantized_from_fields(const kernels::Int8Matrix& m) {
+  at::Tensor out = at::empty({m.rows, m.cols}, at::kFloat);
+  float* o = out.data_ptr<float>();
+  for (int64_t r = 0; r < m.rows; ++r)
+    for (int64_t k = 0; k < m.cols; ++k)
+      o[r * m.cols + k] = float(m.weights[r * m.padded_cols + k]) * m.scales[r * m.groups() + k / m.group_size];
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("int8 dequantize_rows_into: float is q · scale from the fields, bf16 is its rounding") {
   const at::Tensor w = (at::randn({70, 200}, at::TensorOptions().dtype(at::kFloat)) * 0.05).to(at::kBFloat16);
   const kernels::QuantizedMatrix q =
       kernels::quantize_int8({static_cast<const uint16_t*>(w.data_ptr()), 70, 200}, 128);
-  at::Tensor reference = at::empty({70, 200}, at::kFloat);
-  kernels::dequantize_int8(q.view(), reference.data_ptr<float>());
+  const at::Tensor reference = dequantized_from_fields(q.view());
 
   at::Tensor f32 = at::empty({70, 200}, at::kFloat);
-  kernels::dequantize_rows_into(q.view(), 0, f32);
+  tensor::dequantize_rows_into(q.view(), 0, f32);
   CHECK(at::equal(f32, reference));
   at::Tensor rows = at::empty({9, 200}, at::kBFloat16);
-  kernels::dequantize_rows_into(q.view(), 61, rows);
+  tensor::dequantize_rows_into(q.view(), 61, rows);
   CHECK(at::equal(rows, reference.narrow(0, 61, 9).to(at::kBFloat16)));
   at::Tensor too_many = at::empty({10, 200}, at::kBFloat16);
-  CHECK_THROWS_AS(kernels::dequantize_rows_into(q.view(), 61, too_many), Error);
+  CHECK_THROWS_AS(tensor::dequantize_rows_into(q.view(), 61, too_many), Error);
 
   // Through linear_into: more than kInt8GemvMaxRows rows take the dequantized matmul, 3 rows the GEMV.
-  const int64_t long_input = kernels::kInt8GemvMaxRows + 1;
+  const int64_t long_input = tensor::kInt8GemvMaxRows + 1;
   const at::Tensor x = at::randn({long_input, 200}, at::kFloat);
   at::Tensor out = at::empty({long_input, 70}, at::kFloat), scratch;
-  kernels::linear_into(out, x, kernels::LinearWeight(q.view()), {}, scratch);
+  tensor::linear_into(out, x, tensor::LinearWeight(q.view()), {}, scratch);
   CHECK(at::allclose(out, at::mm(x, reference.t()), 1e-5, 1e-5));
   at::Tensor few = at::empty({3, 70}, at::kFloat);
-  kernels::linear_into(few, x.narrow(0, 0, 3), kernels::LinearWeight(q.view()), {}, scratch);
+  tensor::linear_into(few, x.narrow(0, 0, 3), tensor::LinearWeight(q.view()), {}, scratch);
   // The GEMV quantizes x per group too: close, not equal.
   CHECK(at::allclose(few, at::mm(x.narrow(0, 0, 3), reference.t()), 0.02, 0.05));
 }
@@ -314,12 +327,11 @@ TEST_CASE("int8 linear_into: a matrix too big for one dequantized block is done 
   const at::Tensor w = (at::randn({rows, cols}, at::kFloat) * 0.05).to(at::kBFloat16);
   const kernels::QuantizedMatrix q =
       kernels::quantize_int8({static_cast<const uint16_t*>(w.data_ptr()), rows, cols}, 128);
-  at::Tensor reference = at::empty({rows, cols}, at::kFloat);
-  kernels::dequantize_int8(q.view(), reference.data_ptr<float>());
-  const int64_t long_input = kernels::kInt8GemvMaxRows + 1;  // the dequantized matmul
+  const at::Tensor reference = dequantized_from_fields(q.view());
+  const int64_t long_input = tensor::kInt8GemvMaxRows + 1;  // the dequantized matmul
   const at::Tensor x = at::randn({long_input, cols}, at::kFloat);
   at::Tensor out = at::empty({long_input, rows}, at::kFloat), scratch;
-  kernels::linear_into(out, x, kernels::LinearWeight(q.view()), {}, scratch);
+  tensor::linear_into(out, x, tensor::LinearWeight(q.view()), {}, scratch);
   CHECK(scratch.numel() < rows * cols);
   CHECK(at::allclose(out, at::mm(x, reference.t()), 1e-4, 1e-4));
 }

@@ -3,8 +3,9 @@
 // lengths that leave partial vectors. The bf16 results are compared with ATen
 // run in float32 on the same bf16 values: the kernels promise float32
 // arithmetic with one rounding at the end (ATen 1.13's own bf16 LayerNorm
-// rounds in between and lands further from the float32 result). The avx2 and
-// avx512 tiers must also agree bit for bit.
+// rounds in between and lands further from the float32 result). That the avx2
+// and avx512 tiers agree bit for bit is checked without torch, in the unit
+// suite (tests/unit/test_kernels_tiers.cpp).
 #include <ATen/ATen.h>
 #include <doctest/doctest.h>
 
@@ -146,68 +147,4 @@ TEST_CASE("vision kernels: qkv split with the 2-D rotary matches the reference f
         CHECK(relative_error(k, rotate(parts.select(1, 1))) <= tolerance(dtype));
         CHECK(at::equal(v, parts.select(1, 2).transpose(0, 1)));
       }
-}
-
-TEST_CASE("vision kernels: the avx2 and avx512 tiers give the same bits") {
-  // Both evaluate every lane with the same operations (the row sums as 16
-  // lanes, two 8-lane halves on avx2, reduced in the same order; the same
-  // exponential), so nothing may differ.
-  if (!qvl::kernels::isa_supported(Isa::Avx2) || !qvl::kernels::isa_supported(Isa::Avx512)) return;
-  at::manual_seed(5);
-  for (at::ScalarType dtype : kDtypes)
-    for (int64_t cols : {1280, 1024 + 13, 7}) {
-      CAPTURE(c10::toString(dtype));
-      CAPTURE(cols);
-      const Storage s = storage_of(dtype);
-      const int64_t rows = 19;
-      const at::Tensor x = (at::randn({rows, cols}) * 3 + 0.5).to(dtype), add = at::randn({rows, cols}).to(dtype);
-      const auto gamma = floats(at::randn({cols})), beta = floats(at::randn({cols}));
-      at::Tensor xa = x.clone(), xb = x.clone(), ya = at::empty_like(x), yb = at::empty_like(x);
-      qvl::kernels::add_layer_norm(s, xa.data_ptr(), add.data_ptr(), ya.data_ptr(), gamma.data(), beta.data(), rows,
-                                   cols, 1e-6f, Isa::Avx2);
-      qvl::kernels::add_layer_norm(s, xb.data_ptr(), add.data_ptr(), yb.data_ptr(), gamma.data(), beta.data(), rows,
-                                   cols, 1e-6f, Isa::Avx512);
-      CHECK(at::equal(xa, xb));
-      CHECK(at::equal(ya, yb));
-
-      at::Tensor ga = (x.to(at::kFloat) * 4).to(dtype), gb = ga.clone();
-      qvl::kernels::gelu_tanh(s, ga.data_ptr(), ga.numel(), Isa::Avx2);
-      qvl::kernels::gelu_tanh(s, gb.data_ptr(), gb.numel(), Isa::Avx512);
-      CHECK(at::equal(ga, gb));
-
-      at::Tensor sa = (x.to(at::kFloat) * 10).to(dtype), sb = sa.clone();
-      qvl::kernels::softmax_rows(s, sa.data_ptr(), rows, cols, 0.125f, Isa::Avx2);
-      qvl::kernels::softmax_rows(s, sb.data_ptr(), rows, cols, 0.125f, Isa::Avx512);
-      CHECK(at::equal(sa, sb));
-
-      const int64_t heads = 2, head_dim = cols % 2 == 0 ? cols / 2 : 6, tokens = rows;
-      const at::Tensor qkv = at::randn({tokens, 3 * heads * head_dim}).to(dtype);
-      const at::Tensor angles = at::rand({tokens, head_dim}) * 20;
-      const at::Tensor cos = angles.cos(), sin = angles.sin();
-      std::vector<at::Tensor> outs;
-      for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
-        at::Tensor q = at::empty({heads, tokens, head_dim}, qkv.options()), k = at::empty_like(q), v = at::empty_like(q);
-        qvl::kernels::split_qkv_rotary(s, qkv.data_ptr(), cos.data_ptr<float>(), sin.data_ptr<float>(), tokens, heads,
-                                       head_dim, q.data_ptr(), k.data_ptr(), v.data_ptr(), isa);
-        outs.push_back(at::stack({q, k, v}));
-      }
-      CHECK(at::equal(outs[0], outs[1]));
-    }
-}
-
-TEST_CASE("vision kernels: a tier this CPU cannot run is refused") {
-  // neon on x86, the x86 tiers on aarch64: there is always one.
-  Isa missing = Isa::Generic;
-  for (Isa isa : kAllTiers)
-    if (!qvl::kernels::isa_supported(isa)) missing = isa;
-  REQUIRE(missing != Isa::Generic);
-  float x[4] = {1, 2, 3, 4}, y[4] = {}, gamma[4] = {1, 1, 1, 1}, beta[4] = {};
-  float qkv[12] = {}, table[2] = {1, 0}, q[4], k[4], v[4];
-  CHECK_THROWS_AS(qvl::kernels::gelu_tanh(Storage::F32, x, 4, missing), qvl::Error);
-  CHECK_THROWS_AS(qvl::kernels::softmax_rows(Storage::F32, x, 1, 4, 1.0f, missing), qvl::Error);
-  CHECK_THROWS_AS(qvl::kernels::add_layer_norm(Storage::F32, x, nullptr, y, gamma, beta, 1, 4, 1e-6f, missing),
-                  qvl::Error);
-  CHECK_THROWS_AS(qvl::kernels::split_qkv_rotary(Storage::F32, qkv, table, table, 1, 2, 2, q, k, v, missing),
-                  qvl::Error);
-  CHECK(x[0] == 1.0f);  // refused before touching anything
 }

@@ -7,7 +7,7 @@
 #include "qvl/decoder/rope.h"
 #include "qvl/decoder/weights.h"
 #include "qvl/error.h"
-#include "qvl/kernels/linear.h"
+#include "qvl/tensor/linear.h"
 
 namespace qvl {
 namespace {
@@ -113,7 +113,7 @@ at::Tensor Decoder::forward(const at::Tensor& embeds, const at::Tensor& position
   at::Tensor normed = run_layers(embeds, positions, {{&cache(0), L}}, deepstack, trace);
   if (all_logits) {
     at::Tensor logits = at::empty({L, cfg_.vocab_size}, at::TensorOptions().dtype(opts_.dtype));
-    kernels::linear_into(logits, normed, weights_->lm_head(), {}, workspace_->dequant_scratch());
+    tensor::linear_into(logits, normed, weights_->lm_head(), {}, workspace_->dequant_scratch());
     return logits.to(at::kFloat);
   }
   return last_logits(normed);
@@ -126,7 +126,7 @@ at::Tensor Decoder::forward_sequence(int64_t sequence, const at::Tensor& embeds,
 }
 
 at::Tensor Decoder::last_logits(const at::Tensor& normed) {
-  kernels::linear_into(logits_buffer_, normed.narrow(0, normed.size(0) - 1, 1), weights_->lm_head(), {},
+  tensor::linear_into(logits_buffer_, normed.narrow(0, normed.size(0) - 1, 1), weights_->lm_head(), {},
                        workspace_->dequant_scratch());
   return logits_buffer_.squeeze(0).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
 }
@@ -148,7 +148,7 @@ at::Tensor Decoder::step(const std::vector<int64_t>& sequences, const std::vecto
   at::Tensor pos = at::tensor(positions, at::kLong).unsqueeze(0).expand({3, B});
   at::Tensor normed = run_layers(embed(tokens), pos, parts, nullptr, nullptr);
   at::Tensor logits = at::empty({B, cfg_.vocab_size}, at::TensorOptions().dtype(opts_.dtype));
-  kernels::linear_into(logits, normed, weights_->lm_head(), {}, workspace_->dequant_scratch());
+  tensor::linear_into(logits, normed, weights_->lm_head(), {}, workspace_->dequant_scratch());
   return logits.to(at::kFloat);
 }
 

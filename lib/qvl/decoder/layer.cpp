@@ -7,7 +7,8 @@
 #include <optional>
 
 #include "qvl/kernels/decode_ops.h"
-#include "qvl/kernels/linear.h"
+#include "qvl/tensor/aten_sum_order.h"
+#include "qvl/tensor/linear.h"
 
 namespace qvl {
 namespace {
@@ -38,7 +39,7 @@ void attend_block(const at::Tensor& q, const at::Tensor& keys, const at::Tensor&
     scores.view({kv_heads, group, n, visible}).masked_fill_(future, -std::numeric_limits<float>::infinity());
   }
   at::Tensor probs = at::softmax(scores, -1).to(values.scalar_type());
-  at::Tensor mixed = kernels::matmul(probs, values);  // [kv, group*n, head_dim]
+  at::Tensor mixed = tensor::matmul(probs, values);  // [kv, group*n, head_dim]
   out.view({n, kv_heads, group, head_dim}).copy_(mixed.view({kv_heads, group, n, head_dim}).permute({2, 0, 1, 3}));
 }
 
@@ -72,7 +73,8 @@ at::Tensor norm_and_rope(const at::Tensor& x, const at::Tensor& weight, const Ro
     return apply_rope(rms_norm(x, weight, eps), rope);
   at::Tensor y = at::empty_like(x);
   kernels::head_norm_rope(*storage, x.data_ptr(), weight.data_ptr(), rope.cos.data_ptr<float>(),
-                          rope.sin.data_ptr<float>(), y.data_ptr(), x.size(0), x.size(1), x.size(2), eps);
+                          rope.sin.data_ptr<float>(), y.data_ptr(), x.size(0), x.size(1), x.size(2), eps,
+                          tensor::aten_sum_lanes());
   return y;
 }
 
@@ -102,7 +104,8 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   if (const std::optional<kernels::Storage> storage = fused_storage({&x, &weight})) {
     at::Tensor y = at::empty_like(x);
     const int64_t cols = x.size(-1);
-    kernels::rms_norm_rows(*storage, x.data_ptr(), weight.data_ptr(), y.data_ptr(), x.numel() / cols, cols, eps);
+    kernels::rms_norm_rows(*storage, x.data_ptr(), weight.data_ptr(), y.data_ptr(), x.numel() / cols, cols, eps,
+                           tensor::aten_sum_lanes());
     return y;
   }
   at::Tensor xf = x.to(at::kFloat);  // x itself when already float32: not to be written
@@ -137,9 +140,9 @@ at::Tensor run_decoder_layer(const at::Tensor& hidden, const LayerWeights& w, co
   at::Tensor& scratch = ws.dequant_scratch();
 
   at::Tensor x = rms_norm(hidden, w.input_norm, cfg.rms_norm_eps);
-  kernels::linear_into(b.q, x, w.q_proj, w.q_bias, scratch);
-  kernels::linear_into(b.k, x, w.k_proj, w.k_bias, scratch);
-  kernels::linear_into(b.v, x, w.v_proj, w.v_bias, scratch);
+  tensor::linear_into(b.q, x, w.q_proj, w.q_bias, scratch);
+  tensor::linear_into(b.k, x, w.k_proj, w.k_bias, scratch);
+  tensor::linear_into(b.v, x, w.v_proj, w.v_bias, scratch);
   at::Tensor q = norm_and_rope(b.q.view({L, heads, head_dim}), w.q_norm, rope, cfg.rms_norm_eps);
   at::Tensor k = norm_and_rope(b.k.view({L, kv_heads, head_dim}), w.k_norm, rope, cfg.rms_norm_eps);
   at::Tensor v = b.v.view({L, kv_heads, head_dim});
@@ -157,17 +160,17 @@ at::Tensor run_decoder_layer(const at::Tensor& hidden, const LayerWeights& w, co
       first += seq.rows;
     }
   }
-  kernels::linear_into(b.o, b.attn, w.o_proj, w.o_bias, scratch);
+  tensor::linear_into(b.o, b.attn, w.o_proj, w.o_bias, scratch);
   at::Tensor h = hidden + b.o;
 
   x = rms_norm(h, w.post_attention_norm, cfg.rms_norm_eps);
-  kernels::linear_into(b.gate, x, w.gate_proj, {}, scratch);
-  kernels::linear_into(b.up, x, w.up_proj, {}, scratch);
+  tensor::linear_into(b.gate, x, w.gate_proj, {}, scratch);
+  tensor::linear_into(b.up, x, w.up_proj, {}, scratch);
   if (const std::optional<kernels::Storage> storage = fused_storage({&b.gate, &b.up}))
     kernels::silu_mul(*storage, b.gate.data_ptr(), b.up.data_ptr(), b.gate.numel());
   else
     at::silu_(b.gate).mul_(b.up);
-  kernels::linear_into(b.down, b.gate, w.down_proj, {}, scratch);
+  tensor::linear_into(b.down, b.gate, w.down_proj, {}, scratch);
   return h.add_(b.down);
 }
 

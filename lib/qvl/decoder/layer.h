@@ -31,7 +31,7 @@ class LayerWorkspace {
     at::Tensor gate, up;       // [L, intermediate]
   };
   Views rows(int64_t tokens);
-  // Where int8 weights are dequantized for long inputs (see kernels::linear_into).
+  // Where int8 weights are dequantized for long inputs (see tensor::linear_into).
   at::Tensor& dequant_scratch() { return dequant_scratch_; }
 
  private:

@@ -118,14 +118,14 @@ at::Tensor DecoderWeights::materialize(const Source& s, bool prefault_pages) con
   return view;
 }
 
-kernels::LinearWeight DecoderWeights::projection(const Source& s, const std::string& int8_name) const {
+tensor::LinearWeight DecoderWeights::projection(const Source& s, const std::string& int8_name) const {
   if (!int8_) return materialize(s, !lazy_);
   const kernels::Int8Matrix& m = int8_->get(int8_name);
   if (!lazy_) {
     prefault(m.weights, m.weight_bytes());
     prefault(m.scales, m.scale_bytes());
   }
-  return kernels::LinearWeight(m);
+  return tensor::LinearWeight(m);
 }
 
 void DecoderWeights::load_globals() {
@@ -136,7 +136,7 @@ void DecoderWeights::load_globals() {
   if (int8_)
     lm_head_ = projection(lm_head_src_, kInt8LmHead);
   else
-    lm_head_ = tied_ ? kernels::LinearWeight(embed_) : projection(lm_head_src_, kInt8LmHead);
+    lm_head_ = tied_ ? tensor::LinearWeight(embed_) : projection(lm_head_src_, kInt8LmHead);
   globals_loaded_ = true;
 }
 
@@ -172,7 +172,7 @@ const at::Tensor& DecoderWeights::final_norm() {
   return norm_;
 }
 
-const kernels::LinearWeight& DecoderWeights::lm_head() {
+const tensor::LinearWeight& DecoderWeights::lm_head() {
   load_globals();
   return lm_head_;
 }

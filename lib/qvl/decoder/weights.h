@@ -20,7 +20,7 @@
 #include "qvl/decoder/options.h"
 #include "qvl/io/safetensors.h"
 #include "qvl/kernels/int8_cache.h"
-#include "qvl/kernels/linear.h"
+#include "qvl/tensor/linear.h"
 #include "qvl/model/config.h"
 
 namespace qvl {
@@ -28,10 +28,10 @@ namespace qvl {
 struct LayerWeights {
   at::Tensor input_norm;           // [hidden]
   at::Tensor post_attention_norm;  // [hidden]
-  kernels::LinearWeight q_proj, k_proj, v_proj, o_proj;
+  tensor::LinearWeight q_proj, k_proj, v_proj, o_proj;
   at::Tensor q_bias, k_bias, v_bias, o_bias;  // undefined unless config.attention_bias
   at::Tensor q_norm, k_norm;                  // [head_dim]
-  kernels::LinearWeight gate_proj, up_proj, down_proj;
+  tensor::LinearWeight gate_proj, up_proj, down_proj;
 };
 
 class DecoderWeights {
@@ -43,7 +43,7 @@ class DecoderWeights {
 
   const at::Tensor& embed_tokens();          // [vocab, hidden]
   const at::Tensor& final_norm();            // [hidden]
-  const kernels::LinearWeight& lm_head();   // [vocab, hidden]; embed_tokens when tied (and not int8)
+  const tensor::LinearWeight& lm_head();   // [vocab, hidden]; embed_tokens when tied (and not int8)
   const LayerWeights& layer(int64_t i);
 
   int64_t layers_loaded() const;
@@ -62,7 +62,7 @@ class DecoderWeights {
 
   Source require(const std::string& name, const std::vector<int64_t>& shape);
   at::Tensor materialize(const Source& s, bool prefault_pages) const;
-  kernels::LinearWeight projection(const Source& s, const std::string& int8_name) const;
+  tensor::LinearWeight projection(const Source& s, const std::string& int8_name) const;
   void load_layer(int64_t i);
   void load_globals();
 
@@ -78,7 +78,7 @@ class DecoderWeights {
 
   bool globals_loaded_ = false;
   at::Tensor embed_, norm_;
-  kernels::LinearWeight lm_head_;
+  tensor::LinearWeight lm_head_;
   std::vector<LayerWeights> layers_;
   std::vector<bool> layer_loaded_;
 };

@@ -89,6 +89,12 @@ bool isa_supported(Isa isa) {
   return false;
 }
 
+void require_isa(Isa isa, const char* caller) {
+  if (!isa_supported(isa))
+    throw Error(fmt::format("{}: this CPU cannot run the {} tier (it supports up to {})", caller, isa_name(isa),
+                            isa_name(best_isa())));
+}
+
 Isa best_isa() {
   for (Isa isa : {Isa::Avx512, Isa::Avx2, Isa::Neon})
     if (isa_supported(isa)) return isa;

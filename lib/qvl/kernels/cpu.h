@@ -50,6 +50,8 @@ const char* isa_name(Isa isa);
 bool isa_supported(Isa isa);
 // The highest tier this CPU supports.
 Isa best_isa();
+// Throws qvl::Error unless this CPU can run `isa`; `caller` names the API.
+void require_isa(Isa isa, const char* caller);
 // best_isa(), or the tier QVL_ISA names. Read once; a name that is not a tier,
 // or a tier this CPU cannot run, throws qvl::Error (front ends call this early
 // so the message comes before any work).
@@ -62,7 +64,7 @@ bool use_avx512_vnni();  // vpdpbusd
 // Whether ATen's bf16 matmuls are fast here: libtorch 1.13 sends them to
 // oneDNN only on CPUs with AVX-512 BW+VL+DQ, and elsewhere runs a scalar loop
 // at ~1 GFLOP/s. True exactly when the avx512 tier is active; otherwise qvl
-// multiplies bf16 in float32 (kernels/linear.h).
+// multiplies bf16 in float32 (tensor/linear.h).
 bool aten_bf16_matmul_is_fast();
 
 // One line for --version and bench: "avx2 (cpu: avx512 bf16 vnni; forced by QVL_ISA)".

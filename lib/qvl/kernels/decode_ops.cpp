@@ -6,8 +6,6 @@
 // from theirs in the last bits.
 #include "qvl/kernels/decode_ops.h"
 
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -16,6 +14,7 @@
 
 #include "qvl/error.h"
 #include "qvl/kernels/decode_ops_detail.h"
+#include "qvl/kernels/parallel.h"
 #include "qvl/kernels/simd_portable.h"
 
 namespace qvl::kernels {
@@ -182,11 +181,6 @@ void silu_mul_range(T* gate, const T* up, int64_t begin, int64_t end) {
   }
 }
 
-template <class T>
-void add_range(T* x, const T* add, int64_t begin, int64_t end) {
-  for (int64_t i = begin; i < end; ++i) store(x, i, load(x, i) + load(add, i));
-}
-
 void rms_norm_rows_portable(const NormJob& job, int64_t row_begin, int64_t row_end) {
   job.storage == Storage::F32 ? rms_norm_rows<float>(job, row_begin, row_end)
                               : rms_norm_rows<uint16_t>(job, row_begin, row_end);
@@ -203,22 +197,15 @@ void silu_mul_portable(Storage s, void* gate, const void* up, int64_t begin, int
       ? silu_mul_range(static_cast<float*>(gate), static_cast<const float*>(up), begin, end)
       : silu_mul_range(static_cast<uint16_t*>(gate), static_cast<const uint16_t*>(up), begin, end);
 }
-void add_into_portable(Storage s, void* x, const void* add, int64_t begin, int64_t end) {
-  s == Storage::F32 ? add_range(static_cast<float*>(x), static_cast<const float*>(add), begin, end)
-                    : add_range(static_cast<uint16_t*>(x), static_cast<const uint16_t*>(add), begin, end);
-}
-
 }  // namespace
 
 namespace decode_detail {
 
 const DecodeKernels kDecodePortable = {rms_norm_rows_portable, head_norm_rope_rows_portable, attend_pair_portable,
-                                       silu_mul_portable, add_into_portable};
+                                       silu_mul_portable};
 
 const DecodeKernels& decode_kernels(Isa isa, const char* caller) {
-  if (!isa_supported(isa))
-    throw Error(fmt::format("{}: this CPU cannot run the {} tier (it supports up to {})", caller, isa_name(isa),
-                            isa_name(best_isa())));
+  require_isa(isa, caller);
 #if QVL_X86
   if (isa == Isa::Avx512) return kDecodeAvx512;
   if (isa == Isa::Avx2) return kDecodeAvx2;
@@ -226,54 +213,43 @@ const DecodeKernels& decode_kernels(Isa isa, const char* caller) {
   return kDecodePortable;
 }
 
-int aten_sum_lanes() {
-  static const int lanes = [] {
-    // Values of mixed magnitudes, summed by ATen and by each candidate order;
-    // a probe on which the candidates agree says nothing, so try another.
-    std::vector<float> values(96);
-    uint32_t state = 12345;
-    for (int attempt = 0; attempt < 64; ++attempt) {
-      for (float& v : values) {
-        state = state * 1664525u + 1013904223u;
-        v = std::ldexp(float(state >> 8) / float(1 << 24), int(state % 24) - 12);
-      }
-      const at::Tensor t = at::from_blob(values.data(), {1, int64_t(values.size())}, at::kFloat);
-      const float aten = t.square().sum(-1).item<float>();
-      const float by8 = aten_sum_of_squares(Storage::F32, values.data(), int64_t(values.size()), 8);
-      const float by16 = aten_sum_of_squares(Storage::F32, values.data(), int64_t(values.size()), 16);
-      if (by8 == by16) continue;
-      return aten == by8 ? 8 : 16;
-    }
-    return 16;
-  }();
-  return lanes;
-}
-
-float aten_sum_of_squares(Storage s, const void* x, int64_t n, int lanes) {
-  return s == Storage::F32 ? sum_of_squares(static_cast<const float*>(x), n, lanes)
-                           : sum_of_squares(static_cast<const uint16_t*>(x), n, lanes);
-}
-
 }  // namespace decode_detail
 
+namespace {
+
+void require_sum_lanes(int sum_lanes, const char* caller) {
+  if (sum_lanes != 1 && sum_lanes != 8 && sum_lanes != 16)
+    throw Error(fmt::format("{}: a sum in vectors of {} lanes is not ATen's (1, 8 or 16)", caller, sum_lanes));
+}
+
+}  // namespace
+
+float sum_of_squares_in_order(Storage s, const void* x, int64_t n, int sum_lanes) {
+  require_sum_lanes(sum_lanes, "sum_of_squares_in_order");
+  return s == Storage::F32 ? sum_of_squares(static_cast<const float*>(x), n, sum_lanes)
+                           : sum_of_squares(static_cast<const uint16_t*>(x), n, sum_lanes);
+}
+
 void rms_norm_rows(Storage s, const void* x, const void* weight, void* y, int64_t rows, int64_t cols, double eps,
-                   Isa isa) {
+                   int sum_lanes, Isa isa) {
   const DecodeKernels& kernels = decode_kernels(isa, "rms_norm_rows");
+  require_sum_lanes(sum_lanes, "rms_norm_rows");
   if (rows <= 0 || cols <= 0) return;
   // ATen adds eps to a float32 tensor: the double becomes a float first.
-  const NormJob job{s, x, weight, y, cols, static_cast<float>(eps), aten_sum_lanes()};
-  at::parallel_for(0, rows, row_grain(cols),
+  const NormJob job{s, x, weight, y, cols, static_cast<float>(eps), sum_lanes};
+  parallel_for(rows, row_grain(cols),
                    [&](int64_t begin, int64_t end) { kernels.rms_norm_rows(job, begin, end); });
 }
 
 void head_norm_rope(Storage s, const void* x, const void* weight, const float* cos, const float* sin, void* y,
-                    int64_t tokens, int64_t heads, int64_t head_dim, double eps, Isa isa) {
+                    int64_t tokens, int64_t heads, int64_t head_dim, double eps, int sum_lanes, Isa isa) {
   const DecodeKernels& kernels = decode_kernels(isa, "head_norm_rope");
+  require_sum_lanes(sum_lanes, "head_norm_rope");
   if (head_dim <= 0 || head_dim % 2 != 0)
     throw Error(fmt::format("head_norm_rope: rotary needs a positive even head_dim, got {}", head_dim));
   if (tokens <= 0 || heads <= 0) return;
-  const HeadRopeJob job{s, x, weight, cos, sin, y, heads, head_dim, static_cast<float>(eps), aten_sum_lanes()};
-  at::parallel_for(0, tokens * heads, row_grain(head_dim),
+  const HeadRopeJob job{s, x, weight, cos, sin, y, heads, head_dim, static_cast<float>(eps), sum_lanes};
+  parallel_for(tokens * heads, row_grain(head_dim),
                    [&](int64_t begin, int64_t end) { kernels.head_norm_rope_rows(job, begin, end); });
 }
 
@@ -297,7 +273,7 @@ void decode_attention(Storage s, const void* q, const KvSequence* sequences, int
   }
   const AttentionJob job{s, q, sequences, shape, static_cast<float>(1.0 / std::sqrt(double(shape.head_dim))), out};
   const int64_t scratch_floats = shape.heads / shape.kv_heads * longest;
-  at::parallel_for(0, batch * shape.kv_heads, 1, [&](int64_t begin, int64_t end) {
+  parallel_for(batch * shape.kv_heads, 1, [&](int64_t begin, int64_t end) {
     // Grown, never shrunk: a decode step after the first allocates nothing.
     thread_local std::vector<float> scratch;
     if (int64_t(scratch.size()) < scratch_floats) scratch.resize(size_t(scratch_floats));
@@ -308,15 +284,8 @@ void decode_attention(Storage s, const void* q, const KvSequence* sequences, int
 void silu_mul(Storage s, void* gate, const void* up, int64_t n, Isa isa) {
   const DecodeKernels& kernels = decode_kernels(isa, "silu_mul");
   if (n <= 0) return;
-  at::parallel_for(0, n, kValuesPerThread,
+  parallel_for(n, kValuesPerThread,
                    [&](int64_t begin, int64_t end) { kernels.silu_mul(s, gate, up, begin, end); });
-}
-
-void add_into(Storage s, void* x, const void* add, int64_t n, Isa isa) {
-  const DecodeKernels& kernels = decode_kernels(isa, "add_into");
-  if (n <= 0) return;
-  at::parallel_for(0, n, kValuesPerThread,
-                   [&](int64_t begin, int64_t end) { kernels.add_into(s, x, add, begin, end); });
 }
 
 }  // namespace qvl::kernels

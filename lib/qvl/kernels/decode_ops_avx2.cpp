@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "qvl/kernels/decode_ops_detail.h"
+#include "qvl/kernels/decode_ops_simd.h"
 #include "qvl/kernels/simd_avx2.h"
 
 namespace qvl::kernels::decode_detail {
@@ -20,7 +21,7 @@ namespace {
 
 using namespace simd_avx2;
 
-// ATen's sum order (see aten_sum_of_squares) on vectors of 16 or 8 lanes.
+// ATen's sum order (see sum_of_squares_in_order) on vectors of 16 lanes.
 struct Lanes16 {
   using V = F32x16;
   static constexpr int kWidth = 16;
@@ -36,25 +37,10 @@ struct Lanes16 {
     _mm256_storeu_ps(p + kLanes, v.hi);
   }
 };
-struct Lanes8 {
-  using V = __m256;
-  static constexpr int kWidth = 8;
-  static V zero() { return _mm256_setzero_ps(); }
-  static V add(V a, V b) { return _mm256_add_ps(a, b); }
-  template <class T>
-  static V square(const T* p) {
-    const V v = load(p);
-    return _mm256_mul_ps(v, v);
-  }
-  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
-};
 
 template <class T>
 float sum_of_squares(const T* x, int64_t n, int lanes) {
-  if (lanes == 16 && n >= 16) return cascade_sum_of_squares<Lanes16>(x, n);
-  if (lanes == 8 && n >= 8) return cascade_sum_of_squares<Lanes8>(x, n);
-  // Shorter than a vector: ATen adds one value at a time (the portable code).
-  return aten_sum_of_squares(sizeof(T) == 4 ? Storage::F32 : Storage::BF16, x, n, lanes);
+  return vector_sum_of_squares<Lanes16>(x, n, lanes);
 }
 
 template <class T>
@@ -211,12 +197,6 @@ void silu_mul_range(T* gate, const T* up, int64_t begin, int64_t end) {
   });
 }
 
-template <class T>
-void add_range(T* x, const T* add, int64_t begin, int64_t end) {
-  for_each_vector(begin, end,
-                  [&](int64_t i, int64_t n) { store(x + i, _mm256_add_ps(load(x + i, n), load(add + i, n)), n); });
-}
-
 void rms_norm_rows_tier(const NormJob& job, int64_t row_begin, int64_t row_end) {
   job.storage == Storage::F32 ? rms_norm_rows<float>(job, row_begin, row_end)
                               : rms_norm_rows<uint16_t>(job, row_begin, row_end);
@@ -234,14 +214,9 @@ void silu_mul_tier(Storage s, void* gate, const void* up, int64_t begin, int64_t
       ? silu_mul_range(static_cast<float*>(gate), static_cast<const float*>(up), begin, end)
       : silu_mul_range(static_cast<uint16_t*>(gate), static_cast<const uint16_t*>(up), begin, end);
 }
-void add_into_tier(Storage s, void* x, const void* add, int64_t begin, int64_t end) {
-  s == Storage::F32 ? add_range(static_cast<float*>(x), static_cast<const float*>(add), begin, end)
-                    : add_range(static_cast<uint16_t*>(x), static_cast<const uint16_t*>(add), begin, end);
-}
 
 }  // namespace
 
-const DecodeKernels kDecodeAvx2 = {rms_norm_rows_tier, head_norm_rope_rows_tier, attend_pair_tier, silu_mul_tier,
-                                   add_into_tier};
+const DecodeKernels kDecodeAvx2 = {rms_norm_rows_tier, head_norm_rope_rows_tier, attend_pair_tier, silu_mul_tier};
 
 }  // namespace qvl::kernels::decode_detail

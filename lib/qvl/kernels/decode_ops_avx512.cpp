@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "qvl/kernels/decode_ops_detail.h"
+#include "qvl/kernels/decode_ops_simd.h"
 #include "qvl/kernels/simd_avx512.h"
 
 namespace qvl::kernels::decode_detail {
@@ -14,7 +15,7 @@ namespace {
 
 using namespace simd_avx512;
 
-// ATen's sum order (see aten_sum_of_squares) on vectors of 16 or 8 lanes.
+// ATen's sum order (see sum_of_squares_in_order) on vectors of 16 lanes.
 struct Lanes16 {
   using V = __m512;
   static constexpr int kWidth = 16;
@@ -30,29 +31,10 @@ struct Lanes16 {
   }
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
 };
-struct Lanes8 {
-  using V = __m256;
-  static constexpr int kWidth = 8;
-  static V zero() { return _mm256_setzero_ps(); }
-  static V add(V a, V b) { return _mm256_add_ps(a, b); }
-  static V square(const float* p) {
-    const V v = _mm256_loadu_ps(p);
-    return _mm256_mul_ps(v, v);
-  }
-  static V square(const uint16_t* p) {
-    const __m256i widened = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    const V v = _mm256_castsi256_ps(_mm256_slli_epi32(widened, 16));
-    return _mm256_mul_ps(v, v);
-  }
-  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
-};
 
 template <class T>
 float sum_of_squares(const T* x, int64_t n, int lanes) {
-  if (lanes == 16 && n >= 16) return cascade_sum_of_squares<Lanes16>(x, n);
-  if (lanes == 8 && n >= 8) return cascade_sum_of_squares<Lanes8>(x, n);
-  // Shorter than a vector: ATen adds one value at a time (the portable code).
-  return aten_sum_of_squares(sizeof(T) == 4 ? Storage::F32 : Storage::BF16, x, n, lanes);
+  return vector_sum_of_squares<Lanes16>(x, n, lanes);
 }
 
 template <class T>
@@ -199,14 +181,6 @@ void silu_mul_range(T* gate, const T* up, int64_t begin, int64_t end) {
   }
 }
 
-template <class T>
-void add_range(T* x, const T* add, int64_t begin, int64_t end) {
-  for (int64_t i = begin; i < end; i += kLanes) {
-    const __mmask16 m = tail_mask(end - i);
-    store(x + i, _mm512_add_ps(load(x + i, m), load(add + i, m)), m);
-  }
-}
-
 void rms_norm_rows_tier(const NormJob& job, int64_t row_begin, int64_t row_end) {
   if (job.storage == Storage::F32)
     rms_norm_rows<float>(job, row_begin, row_end);
@@ -235,16 +209,8 @@ void silu_mul_tier(Storage s, void* gate, const void* up, int64_t begin, int64_t
     silu_mul_range(static_cast<uint16_t*>(gate), static_cast<const uint16_t*>(up), begin, end);
 }
 
-void add_into_tier(Storage s, void* x, const void* add, int64_t begin, int64_t end) {
-  if (s == Storage::F32)
-    add_range(static_cast<float*>(x), static_cast<const float*>(add), begin, end);
-  else
-    add_range(static_cast<uint16_t*>(x), static_cast<const uint16_t*>(add), begin, end);
-}
-
 }  // namespace
 
-const DecodeKernels kDecodeAvx512 = {rms_norm_rows_tier, head_norm_rope_rows_tier, attend_pair_tier, silu_mul_tier,
-                                     add_into_tier};
+const DecodeKernels kDecodeAvx512 = {rms_norm_rows_tier, head_norm_rope_rows_tier, attend_pair_tier, silu_mul_tier};
 
 }  // namespace qvl::kernels::decode_detail

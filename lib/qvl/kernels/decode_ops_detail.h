@@ -12,19 +12,6 @@
 
 namespace qvl::kernels::decode_detail {
 
-// Lanes of the vectors ATen's float sum accumulates in (16 when it runs its
-// AVX-512 kernels, 8 for AVX2 and the default ones), found once by asking ATen.
-int aten_sum_lanes();
-
-// Σ x² over n values of storage s, added in the order of ATen's CPU sum
-// (cascade_sum): `lanes` (1, 8 or 16) independent running sums fed one vector
-// at a time, 4 interleaved streams of vectors whose blocks of 16 roll up
-// through 4 levels, then the streams, the leftover vectors, the leftover
-// values and finally the lanes in turn. ATen sums rows shorter than `lanes`
-// one value at a time: the same order with a single lane. Every tier's norms
-// add in this order; this is the portable one.
-float aten_sum_of_squares(Storage s, const void* x, int64_t n, int lanes);
-
 // That order on vectors of L::kWidth lanes (n ≥ kWidth), for any tier: L has
 // a vector type V, zero(), add(a, b), square(p) (the squares of the kWidth
 // values at p, as floats) and store(float*, v). Each tier instantiates it
@@ -76,7 +63,7 @@ struct NormJob {
   void* y;
   int64_t cols;
   float eps;
-  int lanes;  // aten_sum_lanes()
+  int lanes;  // sum_lanes
 };
 
 struct HeadRopeJob {
@@ -113,7 +100,6 @@ struct DecodeKernels {
   // group · visible floats.
   void (*attend_pair)(const AttentionJob& job, int64_t pair, float* scratch);
   void (*silu_mul)(Storage s, void* gate, const void* up, int64_t begin, int64_t end);
-  void (*add_into)(Storage s, void* x, const void* add, int64_t begin, int64_t end);
 };
 
 // The kernels of `isa`'s tier (neon runs the portable ones). Throws

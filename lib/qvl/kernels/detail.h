@@ -8,26 +8,20 @@
 // add separately where the baseline ISA has no FMA.
 #pragma once
 #include <cstdint>
-#include <functional>
 
 #include "qvl/kernels/gemv.h"
+#include "qvl/kernels/simd_portable.h"  // kLanes, reduce_pairwise
 
 namespace qvl::kernels::detail {
 
-constexpr int kLanes = 16;          // floats in a 512-bit register
+using simd_portable::kLanes;        // floats in a 512-bit register
+using simd_portable::reduce_pairwise;  // the order every tier sums its lanes in
 constexpr int64_t kBf16Chunk = 32;  // bf16 weights per 64-byte load
 constexpr int64_t kInt8Chunk = 64;  // int8 weights per 64-byte load
 
 // `static`: the per-tier files include this too, and an inline function
 // compiled with AVX-512 must never be the copy the linker keeps for others.
 static inline int64_t round_up(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
-
-// Sum of 16 lanes in a fixed pairwise order shared by every tier.
-static inline float reduce_lanes(float* lanes) {
-  for (int width = kLanes / 2; width >= 1; width /= 2)
-    for (int i = 0; i < width; ++i) lanes[i] += lanes[i + width];
-  return lanes[0];
-}
 
 // One row range of a bf16 GEMV. A 32-wide chunk of a row, read as 16 uint32,
 // holds element 2i in the low half of lane i and 2i+1 in the high half, so
@@ -115,17 +109,5 @@ void run_blocks(const Job& job, int64_t begin, int64_t end) {
     case 8: return run_blocks_for_batch<Kernel, 8>(job, begin, end);
   }
 }
-
-// Throws qvl::Error unless this CPU can run `isa`; `caller` names the API.
-void require_isa(Isa isa, const char* caller);
-
-// Runs fn(row_begin, row_end) over [0, rows), one contiguous piece per thread
-// of ATen's pool (at::get_num_threads()), each piece at least
-// kMinBytesPerThread of weights (small matrices stay on one thread) and a
-// multiple of kRowAlignment rows except the last. Rethrows fn's first exception.
-constexpr int64_t kMinBytesPerThread = int64_t(64) << 10;
-constexpr int64_t kRowAlignment = 8;
-void for_row_ranges(int64_t rows, int64_t bytes_per_row,
-                    const std::function<void(int64_t, int64_t)>& fn);
 
 }  // namespace qvl::kernels::detail

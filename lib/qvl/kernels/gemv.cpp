@@ -4,75 +4,24 @@
 // its tier's flags.
 #include "qvl/kernels/gemv.h"
 
-#include <ATen/Parallel.h>
 #include <fmt/core.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <exception>
 #include <vector>
 
 #include "qvl/error.h"
 #include "qvl/kernels/detail.h"
+#include "qvl/kernels/parallel.h"
+#include "qvl/kernels/simd_portable.h"
 
 namespace qvl::kernels {
 
 using namespace detail;
 
-float bf16_to_float(uint16_t bits) {
-  const uint32_t widened = uint32_t(bits) << 16;
-  float value;
-  std::memcpy(&value, &widened, sizeof value);
-  return value;
-}
-
-uint16_t float_to_bf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  if (std::isnan(value)) return uint16_t((bits >> 16) | 0x40);  // keep it a NaN after truncation
-  const uint32_t round_to_even = 0x7fff + ((bits >> 16) & 1);
-  return uint16_t((bits + round_to_even) >> 16);
-}
-
-namespace detail {
-
-void require_isa(Isa isa, const char* caller) {
-  if (!isa_supported(isa))
-    throw Error(fmt::format("{}: this CPU cannot run the {} tier (it supports up to {})", caller, isa_name(isa),
-                            isa_name(best_isa())));
-}
-
-void for_row_ranges(int64_t rows, int64_t bytes_per_row, const std::function<void(int64_t, int64_t)>& fn) {
-  // Waking a second thread costs a few microseconds: not worth it below ~64 KiB.
-  const int64_t min_rows = std::max<int64_t>(1, kMinBytesPerThread / std::max<int64_t>(1, bytes_per_row));
-  const int64_t max_pieces = (rows + min_rows - 1) / min_rows;
-  if (max_pieces <= 1 || at::get_num_threads() <= 1 || omp_in_parallel()) return fn(0, rows);
-  std::exception_ptr error;
-  // Our own OpenMP region, not at::parallel_for: that is an inline template,
-  // serial in any file built without -fopenmp (all of ours but this one).
-  // Same libgomp, so the same worker threads as ATen's; and like ATen no
-  // num_threads clause (GOMP re-creates its team when it changes).
-#pragma omp parallel
-  {
-    const int64_t pieces = std::min<int64_t>(omp_get_num_threads(), max_pieces);
-    const int64_t rows_per_piece = round_up((rows + pieces - 1) / pieces, kRowAlignment);
-    const int64_t begin = omp_get_thread_num() * rows_per_piece;
-    const int64_t end = std::min(rows, begin + rows_per_piece);
-    if (begin < end) {
-      try {
-        fn(begin, end);
-      } catch (...) {
-#pragma omp critical(qvl_for_row_ranges)
-        if (!error) error = std::current_exception();
-      }
-    }
-  }
-  if (error) std::rethrow_exception(error);
-}
-
-}  // namespace detail
+float bf16_to_float(uint16_t bits) { return simd_portable::widen_bf16(bits); }
+uint16_t float_to_bf16(float value) { return simd_portable::narrow_to_bf16(value); }
 
 namespace {
 
@@ -113,7 +62,7 @@ struct GenericBf16Kernel {
       std::copy(w + k, w + job.cols, tail);
       add_chunk<N>(job, tail, k, lanes);
     }
-    for (int n = 0; n < N; ++n) job.y[n * job.rows + row] = reduce_lanes(lanes[n]);
+    for (int n = 0; n < N; ++n) job.y[n * job.rows + row] = reduce_pairwise(lanes[n]);
   }
 };
 

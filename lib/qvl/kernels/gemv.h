@@ -3,7 +3,7 @@
 // reads every weight once, so these kernels are about streaming W at memory
 // speed; x and y stay float32 so W·x is as exact as float32 accumulation allows.
 //
-// Rows are split across ATen's thread pool (at::set_num_threads applies).
+// Rows are split across the threads (kernels/parallel.h: at::set_num_threads applies).
 // Results do not depend on the thread count. The avx2 and avx512 tiers
 // (kernels/cpu.h) give the same bits; the portable code (generic, neon) rounds
 // a little differently where the CPU has no fused multiply-add.

@@ -5,7 +5,7 @@
 // It does the avx512 kernel's arithmetic in 256-bit halves: float lanes 0-7
 // of the 16 live in one register, lanes 8-15 in another, each fed by one
 // 32-byte half of a 64-byte weight chunk, with the same FMAs in the same
-// order and the same final reduce_lanes, so both tiers give the same bits.
+// order and the same final reduce_pairwise, so both tiers give the same bits.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -79,7 +79,7 @@ struct FmaKernel {
         alignas(32) float lanes[kLanes];
         _mm256_store_ps(lanes, acc[r][n][0]);
         _mm256_store_ps(lanes + kHalfLanes, acc[r][n][1]);
-        job.y[n * job.rows + row + r] = reduce_lanes(lanes);
+        job.y[n * job.rows + row + r] = reduce_pairwise(lanes);
       }
   }
 };

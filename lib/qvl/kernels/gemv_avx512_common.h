@@ -28,7 +28,7 @@ inline void store_sums(const Bf16Job& job, int64_t row, __m512 (&acc)[R][N]) {
     for (int n = 0; n < N; ++n) {
       alignas(64) float lanes[kLanes];
       _mm512_store_ps(lanes, acc[r][n]);
-      job.y[n * job.rows + row + r] = reduce_lanes(lanes);
+      job.y[n * job.rows + row + r] = reduce_pairwise(lanes);
     }
 }
 

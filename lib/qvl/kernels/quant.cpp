@@ -13,6 +13,7 @@
 
 #include "qvl/error.h"
 #include "qvl/kernels/detail.h"
+#include "qvl/kernels/parallel.h"
 
 namespace qvl::kernels {
 
@@ -76,13 +77,6 @@ QuantizedMatrix quantize_int8(const Bf16Matrix& w, int64_t group_size) {
   return out;
 }
 
-void dequantize_int8(const Int8Matrix& w, float* out) {
-  for (int64_t row = 0; row < w.rows; ++row)
-    for (int64_t k = 0; k < w.cols; ++k)
-      out[row * w.cols + k] =
-          float(w.weights[row * w.padded_cols + k]) * w.scales[row * w.groups() + k / w.group_size];
-}
-
 namespace {
 
 // The portable kernel, written so the compiler vectorizes its inner loops
@@ -122,7 +116,7 @@ struct GenericInt8Kernel {
         for (int i = 0; i < kLanes; ++i) lanes[n][i] = float(dot[n][i]) * scale + lanes[n][i];
       }
     }
-    for (int n = 0; n < N; ++n) job.y[n * job.rows + row] = reduce_lanes(lanes[n]);
+    for (int n = 0; n < N; ++n) job.y[n * job.rows + row] = reduce_pairwise(lanes[n]);
   }
 };
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "qvl/kernels/gemv.h"
+#include "qvl/kernels/storage.h"
 
 namespace qvl::kernels {
 
@@ -51,8 +52,13 @@ class QuantizedMatrix {
 // Per (row, group): scale = max|w| / 127, q = round(w / scale).
 // So |w - q·scale| <= scale / 2 for every element.
 QuantizedMatrix quantize_int8(const Bf16Matrix& w, int64_t group_size);
-// out: rows × cols floats, q · scale.
-void dequantize_int8(const Int8Matrix& w, float* out);
+// Rows [first_row, first_row + rows) of w dequantized (q · scale) into out
+// [rows, w.cols] of storage s, for the matmuls of long inputs (prefill), where
+// multiplying dense blocks beats streaming the int8 weights through the GEMV
+// once per 8 rows. bf16 results are rounded to nearest even from the float
+// product. Rows are split across the threads as the GEMVs split theirs.
+// Throws qvl::Error on rows outside w.
+void dequantize_rows(const Int8Matrix& w, int64_t first_row, int64_t rows, Storage s, void* out);
 
 // Y[n, m] = sum_k X[n, k] · dequantized W[m, k] for n < batch (1..kMaxBatch).
 // x: batch rows of w.cols floats; y: batch rows of w.rows floats.

@@ -74,7 +74,7 @@ struct MaddubsKernel {
         alignas(32) float lanes[kLanes];
         _mm256_store_ps(lanes, total[r][n][0]);
         _mm256_store_ps(lanes + kHalfLanes, total[r][n][1]);
-        job.y[n * job.rows + row + r] = reduce_lanes(lanes);
+        job.y[n * job.rows + row + r] = reduce_pairwise(lanes);
       }
   }
 };

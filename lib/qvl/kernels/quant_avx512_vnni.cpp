@@ -14,7 +14,7 @@ inline void store_sums(const Int8Job& job, int64_t row, __m512 (&total)[R][N]) {
     for (int n = 0; n < N; ++n) {
       alignas(64) float lanes[kLanes];
       _mm512_store_ps(lanes, total[r][n]);
-      job.y[n * job.rows + row + r] = reduce_lanes(lanes);
+      job.y[n * job.rows + row + r] = reduce_pairwise(lanes);
     }
 }
 

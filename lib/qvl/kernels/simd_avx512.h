@@ -7,11 +7,11 @@
 
 #include <cstdint>
 
-#include "qvl/kernels/simd_portable.h"  // the exp constants
+#include "qvl/kernels/simd_portable.h"  // kLanes, the exp constants
 
 namespace qvl::kernels::simd_avx512 {
 
-constexpr int kLanes = 16;
+using simd_portable::kLanes;  // 16: one register
 
 static inline __mmask16 tail_mask(int64_t remaining) {
   return remaining >= kLanes ? __mmask16(0xffff) : remaining <= 0 ? __mmask16(0) : __mmask16((1u << remaining) - 1);

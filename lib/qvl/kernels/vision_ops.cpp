@@ -3,7 +3,6 @@
 // sums, the polynomial exp) in loops GCC vectorizes for the baseline ISA.
 #include "qvl/kernels/vision_ops.h"
 
-#include <ATen/Parallel.h>
 #include <fmt/core.h>
 
 #include <cmath>
@@ -11,6 +10,7 @@
 #include <vector>
 
 #include "qvl/error.h"
+#include "qvl/kernels/parallel.h"
 #include "qvl/kernels/simd_portable.h"
 #include "qvl/kernels/vision_ops_detail.h"
 
@@ -152,9 +152,7 @@ const VisionKernels kVisionPortable = {add_layer_norm_rows_portable, gelu_tanh_p
                                        split_qkv_rotary_rows_portable};
 
 const VisionKernels& vision_kernels(Isa isa, const char* caller) {
-  if (!isa_supported(isa))
-    throw Error(fmt::format("{}: this CPU cannot run the {} tier (it supports up to {})", caller, isa_name(isa),
-                            isa_name(best_isa())));
+  require_isa(isa, caller);
 #if QVL_X86
   if (isa == Isa::Avx512) return kVisionAvx512;
   if (isa == Isa::Avx2) return kVisionAvx2;
@@ -169,20 +167,20 @@ void add_layer_norm(Storage s, void* x, const void* add, void* y, const float* g
   const VisionKernels& kernels = vision_kernels(isa, "add_layer_norm");
   if (rows <= 0 || cols <= 0) return;
   const NormJob job{s, x, add, y, gamma, beta, cols, eps};
-  at::parallel_for(0, rows, kRowGrain,
+  parallel_for(rows, kRowGrain,
                    [&](int64_t begin, int64_t end) { kernels.add_layer_norm_rows(job, begin, end); });
 }
 
 void gelu_tanh(Storage s, void* x, int64_t n, Isa isa) {
   const VisionKernels& kernels = vision_kernels(isa, "gelu_tanh");
   if (n <= 0) return;
-  at::parallel_for(0, n, kElementGrain, [&](int64_t begin, int64_t end) { kernels.gelu_tanh(s, x, begin, end); });
+  parallel_for(n, kElementGrain, [&](int64_t begin, int64_t end) { kernels.gelu_tanh(s, x, begin, end); });
 }
 
 void softmax_rows(Storage s, void* x, int64_t rows, int64_t cols, float scale, Isa isa) {
   const VisionKernels& kernels = vision_kernels(isa, "softmax_rows");
   if (rows <= 0 || cols <= 0) return;
-  at::parallel_for(0, rows, kRowGrain, [&](int64_t begin, int64_t end) {
+  parallel_for(rows, kRowGrain, [&](int64_t begin, int64_t end) {
     std::vector<float> scratch(static_cast<size_t>(cols));
     kernels.softmax_rows(s, x, cols, scale, begin, end, scratch.data());
   });
@@ -194,7 +192,7 @@ void split_qkv_rotary(Storage s, const void* qkv, const float* cos, const float*
   if (head_dim % 2 != 0)
     throw Error(fmt::format("split_qkv_rotary: rotary needs an even head_dim, got {}", head_dim));
   const SplitJob job{s, qkv, cos, sin, tokens, heads, head_dim, q, k, v};
-  at::parallel_for(0, tokens, kRowGrain,
+  parallel_for(tokens, kRowGrain,
                    [&](int64_t begin, int64_t end) { kernels.split_qkv_rotary_rows(job, begin, end); });
 }
 

@@ -6,8 +6,8 @@
 //
 // Activations are float32 or bfloat16 (raw bits); the arithmetic is always
 // float32 and each result is rounded once to the storage type, as ATen does
-// for bf16 tensors. Rows are split across ATen's thread pool; inside an
-// at::parallel_for region a call runs on the calling thread.
+// for bf16 tensors. Rows are split across the threads (kernels/parallel.h);
+// inside a parallel region a call runs on the calling thread.
 //
 // Every kernel runs the code of tier `isa` (kernels/cpu.h; neon runs the
 // portable code) and throws qvl::Error if this CPU cannot run that tier. The

@@ -48,7 +48,7 @@ WeightQuant parse_quant(const std::string& s) {
 
 // In a bf16 session OpenBLAS runs the small float32 attention matmuls of a
 // prefill and, below the avx512 tier, the widened bf16 matmuls
-// (kernels/linear.h), which split their work over the OpenMP threads
+// (tensor/linear.h), which split their work over the OpenMP threads
 // themselves. OpenBLAS's own threads would spin (sched_yield) beside those
 // OpenMP threads: one OpenBLAS thread made a 512-token prefill 1.4x faster
 // here. Looked up at run time: the system BLAS may not be OpenBLAS.

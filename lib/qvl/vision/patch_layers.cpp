@@ -6,7 +6,7 @@
 
 #include "qvl/error.h"
 #include "qvl/kernels/cpu.h"
-#include "qvl/kernels/linear.h"
+#include "qvl/tensor/linear.h"
 #include "qvl/vision/positions.h"
 #include "qvl/vision/vision_blocks.h"
 
@@ -26,7 +26,7 @@ PatchEmbedding::PatchEmbedding(const VisionConfig& cfg, const std::map<std::stri
 }
 
 at::Tensor PatchEmbedding::run(const at::Tensor& pixel_values, const VisionPositions& pos) const {
-  const at::Tensor patches = kernels::linear(pixel_values.to(weight_.scalar_type()).contiguous(), weight_, bias_);
+  const at::Tensor patches = tensor::linear(pixel_values.to(weight_.scalar_type()).contiguous(), weight_, bias_);
   const int64_t n = pos.pos_index.size(1);
   // The four corners' rows weighted and summed in float32, corner by corner.
   const at::Tensor corners =
@@ -58,14 +58,14 @@ at::Tensor PatchMerger::run(const at::Tensor& x) const {
       norm_after_join_
           ? at::layer_norm(x.reshape({-1, joined_}), {joined_}, norm_weight_, norm_bias_, kLayerNormEps)
           : at::layer_norm(x, {hidden_}, norm_weight_, norm_bias_, kLayerNormEps).reshape({-1, joined_});
-  at::Tensor inner = kernels::linear(joined.contiguous(), fc1_weight_, fc1_bias_);
+  at::Tensor inner = tensor::linear(joined.contiguous(), fc1_weight_, fc1_bias_);
   // libtorch sends a bf16 GELU to oneDNN where it sends bf16 matmuls; below
   // the avx512 tier compute it in float32 (what ATen's own bf16 GELU does).
   if (inner.scalar_type() == at::kBFloat16 && !kernels::aten_bf16_matmul_is_fast())
     inner = at::gelu(inner.to(at::kFloat)).to(at::kBFloat16);
   else
     inner = at::gelu(inner);
-  return kernels::linear(inner, fc2_weight_, fc2_bias_);
+  return tensor::linear(inner, fc2_weight_, fc2_bias_);
 }
 
 }  // namespace qvl

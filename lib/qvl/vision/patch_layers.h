@@ -2,7 +2,7 @@
 // blocks between them (vision_blocks.h), with the TorchScript module's
 // parameters: the patch embedding before the first block and the patch
 // mergers after the last (the main one) and after each deepstack layer.
-// Their matmuls go through kernels/linear.h, so they are fast on every CPU tier.
+// Their matmuls go through tensor/linear.h, so they are fast on every CPU tier.
 #pragma once
 #include <ATen/core/Tensor.h>
 

@@ -9,7 +9,7 @@
 #include <cmath>
 
 #include "qvl/error.h"
-#include "qvl/kernels/linear.h"
+#include "qvl/tensor/linear.h"
 #include "qvl/kernels/vision_ops.h"
 #include "qvl/vision/positions.h"
 
@@ -100,10 +100,10 @@ at::Tensor VisionBlocks::attention(const at::Tensor& qkv, const VisionPositions&
       const Task& t = tasks[size_t(i)];
       at::Tensor keys = k[t.head].narrow(0, t.start, t.length);
       at::Tensor values = v[t.head].narrow(0, t.start, t.length);
-      at::Tensor scores = kernels::matmul(q[t.head].narrow(0, t.start + t.query, t.queries), keys.t());
+      at::Tensor scores = tensor::matmul(q[t.head].narrow(0, t.start + t.query, t.queries), keys.t());
       kernels::softmax_rows(s, scores.data_ptr(), t.queries, t.length, scale);
       at::Tensor rows = out.select(1, t.head).narrow(0, t.start + t.query, t.queries);
-      kernels::matmul_into(rows, scores, values);
+      tensor::matmul_into(rows, scores, values);
     }
   });
   return out.view({n, heads * head_dim});
@@ -123,13 +123,13 @@ at::Tensor VisionBlocks::run(at::Tensor x, const VisionPositions& pos, std::vect
     const Block& b = blocks_[i];
     kernels::add_layer_norm(s, x.data_ptr(), pending.defined() ? pending.data_ptr() : nullptr, normed.data_ptr(),
                             b.norm1_weight.data(), b.norm1_bias.data(), n, cfg_.hidden_size, kLayerNormEps);
-    at::Tensor attended = attention(kernels::linear(normed, b.qkv_weight, b.qkv_bias), pos);
-    at::Tensor projected = kernels::linear(attended, b.proj_weight, b.proj_bias);
+    at::Tensor attended = attention(tensor::linear(normed, b.qkv_weight, b.qkv_bias), pos);
+    at::Tensor projected = tensor::linear(attended, b.proj_weight, b.proj_bias);
     kernels::add_layer_norm(s, x.data_ptr(), projected.data_ptr(), normed.data_ptr(), b.norm2_weight.data(),
                             b.norm2_bias.data(), n, cfg_.hidden_size, kLayerNormEps);
-    at::Tensor inner = kernels::linear(normed, b.fc1_weight, b.fc1_bias);
+    at::Tensor inner = tensor::linear(normed, b.fc1_weight, b.fc1_bias);
     kernels::gelu_tanh(s, inner.data_ptr(), inner.numel());
-    pending = kernels::linear(inner, b.fc2_weight, b.fc2_bias);
+    pending = tensor::linear(inner, b.fc2_weight, b.fc2_bias);
     const bool tapped = std::find(taps_at.begin(), taps_at.end(), int64_t(i)) != taps_at.end();
     if (tapped || i + 1 == blocks_.size()) {
       x.add_(pending);

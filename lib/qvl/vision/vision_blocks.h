@@ -1,4 +1,4 @@
-// The vision tower's transformer blocks, run natively: kernels/linear.h for
+// The vision tower's transformer blocks, run natively: tensor/linear.h for
 // the matmuls (oneDNN on the avx512 tier, float32 OpenBLAS on the others) and
 // qvl's own kernels for everything between them (kernels/vision_ops.h). Attention goes one head and
 // one block of queries at a time, so the [heads, N, N] scores never exist at

@@ -1,13 +1,16 @@
-#include "qvl/kernels/linear.h"
+#include "qvl/tensor/linear.h"
 
 #include <algorithm>
 
 #include "qvl/kernels/cpu.h"
-#include "qvl/kernels/dequant.h"
-#include "qvl/kernels/detail.h"
 #include "qvl/kernels/gemv.h"
+#include "qvl/kernels/parallel.h"
+#include "qvl/tensor/dequant.h"
 
-namespace qvl::kernels {
+namespace qvl::tensor {
+
+using kernels::aten_bf16_matmul_is_fast;
+using kernels::kMaxBatch;
 namespace {
 
 // Weights dequantized per block in a prefill: 16 Mi elements (32 MB in bf16)
@@ -61,7 +64,7 @@ void widened_linear(at::Tensor& out, const at::Tensor& x, int64_t out_features, 
   const bool direct = out.scalar_type() == at::kFloat && out.is_contiguous();
   at::Tensor yf = direct ? out : at::empty({rows, out_features}, at::kFloat);
   const int64_t block = std::clamp<int64_t>(kWidenBlockElements / std::max<int64_t>(1, in_features), 16, 1024);
-  detail::for_row_ranges(out_features, in_features * rows, [&](int64_t begin, int64_t end) {
+  kernels::for_row_ranges(out_features, in_features * rows, [&](int64_t begin, int64_t end) {
     // Grad mode is per thread: the caller's no-grad does not reach OpenMP's
     // workers, and a weight that requires grad (a TorchScript parameter)
     // would make the out= matmul refuse to run.
@@ -117,8 +120,8 @@ void linear_into(at::Tensor& out, const at::Tensor& x, const at::Tensor& weight,
     // the FMA kernel, which matters once a batch makes the GEMV compute-bound.
     const bool x_is_bf16 = x.scalar_type() == at::kBFloat16;
     gemv_into(out, x, weight.size(0), [&](const float* xf, float* yf, int64_t rows) {
-      gemv_bf16(Bf16Matrix{static_cast<const uint16_t*>(weight.data_ptr()), weight.size(0), weight.size(1)}, xf, yf,
-                rows, active_isa(), x_is_bf16);
+      kernels::gemv_bf16(kernels::Bf16Matrix{static_cast<const uint16_t*>(weight.data_ptr()), weight.size(0), weight.size(1)}, xf, yf,
+                rows, kernels::active_isa(), x_is_bf16);
     });
   } else if (widen_to_float(weight.scalar_type()) && weight.is_contiguous() && weight.dim() == 2) {
     widened_linear(out, x, weight.size(0), bias, [&](int64_t first, at::Tensor& dense) {
@@ -153,7 +156,7 @@ void linear_into(at::Tensor& out, const at::Tensor& x, const LinearWeight& weigh
   if (!weight.int8) return linear_into(out, x, weight.dense, bias);
   const Int8Matrix& w = *weight.int8;
   if (x.size(0) <= kInt8GemvMaxRows) {
-    gemv_into(out, x, w.rows, [&](const float* xf, float* yf, int64_t rows) { gemv_int8(w, xf, yf, rows); });
+    gemv_into(out, x, w.rows, [&](const float* xf, float* yf, int64_t rows) { kernels::gemv_int8(w, xf, yf, rows); });
   } else if (x.scalar_type() != at::kFloat && !aten_bf16_matmul_is_fast()) {
     widened_linear(out, x, w.rows, bias, [&](int64_t first, at::Tensor& dense) { dequantize_rows_into(w, first, dense); });
     return;  // the bias is in already
@@ -177,8 +180,8 @@ void matmul_into(at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
 at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) {
   at::Tensor out = a.dim() == 2 ? at::empty({a.size(0), b.size(1)}, a.options())
                                 : at::empty({a.size(0), a.size(1), b.size(2)}, a.options());
-  kernels::matmul_into(out, a, b);
+  matmul_into(out, a, b);
   return out;
 }
 
-}  // namespace qvl::kernels
+}  // namespace qvl::tensor

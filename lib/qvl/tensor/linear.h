@@ -1,6 +1,6 @@
 // Every matmul of qvl goes through here: y = x · Wᵀ (+ b) and the attention
 // products, taking the fastest route for the shape, dtype and CPU tier
-// (kernels/cpu.h):
+// (kernels/cpu.h). The torch side of the kernels: at::Tensor in and out.
 //   - a few rows against bf16 or int8 weights: qvl's GEMVs (every tier);
 //   - bf16 on the avx512 tier: ATen, which sends bf16 matmuls to oneDNN;
 //   - bf16 on any other tier: float32 through OpenBLAS, the bf16 operands
@@ -13,7 +13,9 @@
 
 #include "qvl/kernels/quant.h"
 
-namespace qvl::kernels {
+namespace qvl::tensor {
+
+using kernels::Int8Matrix;
 
 // A projection's weight [out, in]: a dense tensor (often a view of the mmapped
 // checkpoint) or an int8 matrix with per-group scales (weight-only int8).
@@ -30,11 +32,11 @@ struct LinearWeight {
 
 // Up to this many rows, bf16 weights are multiplied by the GEMV (in pieces of
 // kMaxBatch rows) rather than by oneDNN.
-constexpr int64_t kBf16GemvMaxRows = kMaxBatch;
+constexpr int64_t kBf16GemvMaxRows = kernels::kMaxBatch;
 // Up to this many rows, int8 weights are multiplied by the GEMV a piece of
 // kMaxBatch rows at a time (a chat follow-up question, a short prompt):
 // cheaper than dequantizing every weight to bf16 for one matmul.
-constexpr int64_t kInt8GemvMaxRows = 4 * kMaxBatch;
+constexpr int64_t kInt8GemvMaxRows = 4 * kernels::kMaxBatch;
 
 // x [L, in], weight [out, in], bias [out] or undefined, out [L, out] (contiguous).
 void linear_into(at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
@@ -56,4 +58,4 @@ void matmul_into(at::Tensor& out, const at::Tensor& a, const at::Tensor& b);
 void linear_into(at::Tensor& out, const at::Tensor& x, const LinearWeight& weight, const at::Tensor& bias,
                  at::Tensor& scratch);
 
-}  // namespace qvl::kernels
+}  // namespace qvl::tensor
