@@ -49,6 +49,7 @@ QEMU=$(command -v qemu-aarch64-static || command -v qemu-aarch64)
 # Packages the project uses (scripts/setup.sh), plus the runtime basics.
 ROOTS="libtorch-dev libcli11-dev libfmt-dev doctest-dev nlohmann-json3-dev
        libpng-dev libturbojpeg0-dev libjpeg62-turbo-dev libutf8proc-dev libssl-dev
+       libwebp-dev libtiff-dev libgif-dev libpoppler-cpp-dev
        libedit-dev libopenblas0-pthread libgomp1 libstdc++6 libgcc-s1 libc6"
 # libtorch-dev depends on python3-dev, which a C++ build does not need.
 SKIP="python3-dev"

@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Writes tests/data/bad/: tiny broken and unusual PNG/JPEG files for the image decoder tests.
+"""Writes tests/data/bad/: tiny broken and unusual image files for the image decoder tests
+(PNG/JPEG, and hostile PDF/TIFF/BMP/GIF/WebP files: lying page counts, a password, directory
+loops, absurd offsets and sizes, truncation).
 
 Only the Python standard library (zlib, struct, ctypes) and the system's libturbojpeg are used,
 so the corpus can be regenerated on any machine that builds qvl. The pixel values of the valid
@@ -8,6 +10,7 @@ files are simple formulas that tests/unit/test_image_files.cpp recomputes on its
     python3 scripts/make_bad_images.py            # writes tests/data/bad/*
 """
 import ctypes
+import hashlib
 import ctypes.util
 import os
 import struct
@@ -229,6 +232,106 @@ def make_jpegs(files):
     files["huge_header.jpg"] = small[:sof + 5] + struct.pack(">HH", 65000, 65000) + small[sof + 9:]
 
 
+# ---------------------------------------------------------------- other formats (hostile)
+
+def rc4(key, data):
+    s = list(range(256))
+    j = 0
+    for i in range(256):
+        j = (j + s[i] + key[i % len(key)]) % 256
+        s[i], s[j] = s[j], s[i]
+    out, i, j = bytearray(), 0, 0
+    for byte in data:
+        i = (i + 1) % 256
+        j = (j + s[i]) % 256
+        s[i], s[j] = s[j], s[i]
+        out.append(byte ^ s[(s[i] + s[j]) % 256])
+    return bytes(out)
+
+
+def simple_pdf(page_tree_extra=b"", count=1, trailer_extra=b"", objects_extra=()):
+    """One empty page; /Count can lie. objects_extra: more object bodies (numbered from 5)."""
+    bodies = [b"<< /Type /Catalog /Pages 2 0 R >>",
+              b"<< /Type /Pages /Kids [3 0 R] /Count %d%s >>" % (count, page_tree_extra),
+              b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 100 100] /Contents 4 0 R >>",
+              b"<< /Length 24 >>\nstream\n0 0 1 rg 10 10 50 50 re f\nendstream"] + list(objects_extra)
+    out = b"%PDF-1.4\n"
+    offsets = []
+    for n, body in enumerate(bodies, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % n + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(bodies) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R%s >>\nstartxref\n%d\n%%%%EOF\n" % (len(bodies) + 1, trailer_extra, xref)
+    return out
+
+
+def encrypted_pdf():
+    """Standard security handler, revision 2 (RC4, 40 bits), user password "secret"."""
+    pad = bytes.fromhex("28BF4E5E4E758A4164004E56FFFA01082E2E00B6D0683E802F0CA9FE6453697A")
+    padded = lambda pw: (pw + pad)[:32]
+    owner_key = hashlib.md5(padded(b"owner")).digest()[:5]
+    o = rc4(owner_key, padded(b"secret"))
+    p = -4
+    file_id = b"0123456789abcdef"
+    key = hashlib.md5(padded(b"secret") + o + struct.pack("<i", p) + file_id).digest()[:5]
+    u = rc4(key, pad)
+    hexs = lambda b: b"<" + b.hex().encode() + b">"
+    enc = b"<< /Filter /Standard /V 1 /R 2 /O %s /U %s /P %d >>" % (hexs(o), hexs(u), p)
+    return simple_pdf(trailer_extra=b" /Encrypt 5 0 R /ID [%s %s]" % (hexs(file_id), hexs(file_id)),
+                      objects_extra=[enc])
+
+
+def tiff_ifd(width, height, data_offset, next_ifd):
+    """A little-endian 8-bit gray IFD (8 entries) for an uncompressed single strip."""
+    entries = [(256, 4, 1, width), (257, 4, 1, height), (258, 3, 1, 8), (259, 3, 1, 1), (262, 3, 1, 1),
+               (273, 4, 1, data_offset), (278, 4, 1, height), (279, 4, 1, min(width * height, 16))]
+    body = struct.pack("<H", len(entries))
+    for tag, typ, count, value in entries:
+        body += struct.pack("<HHI", tag, typ, count) + (struct.pack("<HH", value, 0) if typ == 3 else struct.pack("<I", value))
+    return body + struct.pack("<I", next_ifd)
+
+
+def tiff_loop():
+    """Two directories whose next-pointers point at each other."""
+    pixels = bytes(range(16))
+    ifd_size = 2 + 8 * 12 + 4
+    first, second = 8 + len(pixels), 8 + len(pixels) + ifd_size
+    return (b"II*\0" + struct.pack("<I", first) + pixels + tiff_ifd(4, 4, 8, second) +
+            tiff_ifd(4, 4, 8, first))
+
+
+def bmp_header(width, height, bits, offset, file_size):
+    info = struct.pack("<IiiHHIIiiII", 40, width, height, 1, bits, 0, 0, 2835, 2835, 0, 0)
+    return b"BM" + struct.pack("<IHHI", file_size, 0, 0, offset) + info
+
+
+def make_other_formats(files):
+    files["pdf_100000_pages.pdf"] = simple_pdf(count=100000)
+    files["pdf_encrypted.pdf"] = encrypted_pdf()
+    whole = simple_pdf()
+    files["pdf_truncated.pdf"] = whole[: len(whole) // 3]
+    huge_page = simple_pdf().replace(b"/MediaBox [0 0 100 100]", b"/MediaBox [0 0 14400 14400]")
+    files["pdf_huge_page.pdf"] = huge_page
+    files["tiff_loop.tif"] = tiff_loop()
+    files["tiff_truncated.tif"] = tiff_loop()[:30]
+    files["tiff_huge.tif"] = b"II*\0" + struct.pack("<I", 8) + tiff_ifd(100000, 100000, 8, 0)
+    files["bmp_absurd_offset.bmp"] = bmp_header(4, 4, 24, 0xFFFFFFF0, 70) + bytes(16)
+    files["bmp_huge.bmp"] = bmp_header(0x7FFFFFFF, 0x7FFFFFFF, 24, 54, 70) + bytes(16)
+    files["bmp_truncated.bmp"] = bmp_header(64, 64, 24, 54, 54 + 64 * 64 * 3) + bytes(1000)
+    files["bmp_rle8.bmp"] = (b"BM" + struct.pack("<IHHI", 62, 0, 0, 58) +
+                             struct.pack("<IiiHHIIiiII", 40, 4, 4, 1, 8, 1, 4, 0, 0, 1, 0) + bytes(4) + b"\0\1\0\1")
+    files["gif_truncated.gif"] = (b"GIF89a\x10\x00\x10\x00\x80\x00\x00\x00\x00\x00\xff\xff\xff,"
+                                  b"\x00\x00\x00\x00\x10\x00\x10\x00\x00\x02\x10")
+    files["gif_huge.gif"] = (b"GIF89a\xff\xff\xff\xff\x80\x00\x00\x00\x00\x00\xff\xff\xff,"
+                             b"\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02\x02D\x01\x00;")
+    # VP8L (lossless) header: 14-bit width-1 and height-1; 16384 x 16384 here.
+    vp8l = b"\x2f" + struct.pack("<I", (16383) | (16383 << 14)) + bytes(20)
+    files["webp_huge.webp"] = b"RIFF" + struct.pack("<I", 4 + 8 + len(vp8l)) + b"WEBPVP8L" + struct.pack("<I", len(vp8l)) + vp8l
+    files["webp_truncated.webp"] = b"RIFF" + struct.pack("<I", 200) + b"WEBPVP8 " + struct.pack("<I", 188) + bytes(10)
+
+
 def main():
     files = {
         "empty.png": b"",
@@ -239,6 +342,7 @@ def main():
     }
     make_pngs(files)
     make_jpegs(files)
+    make_other_formats(files)
     os.makedirs(OUT, exist_ok=True)
     for name, data in sorted(files.items()):
         with open(os.path.join(OUT, name), "wb") as f:

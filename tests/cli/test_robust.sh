@@ -118,6 +118,36 @@ expect_one_line_error "a huge --max-pixels image over the limit" "lower --max-pi
 check "... refused before the vision encoder was built or run" "[ -z \"\$(ls '$QVL_CACHE_DIR'/*.pt 2>/dev/null)\" ]"
 export QVL_CACHE_DIR="$TMP/cache"
 
+# ---------------------------------------------------------------- other formats, hostile and fine
+# Each hostile file (scripts/make_bad_images.py): exit 1 and one line naming the file, quickly;
+# nothing from libtiff, poppler, giflib or libwebp reaches the terminal.
+while IFS='|' read -r file says; do
+  expect_one_line_error "$file" "$DATA/bad/$file: " timeout 30 "$QVL" preprocess --image "$DATA/bad/$file"
+  check "$file: says '$says'" "grep -qF -- \"$says\" '$TMP/err.err' || { cat '$TMP/err.err'; false; }"
+done <<'LIST'
+pdf_encrypted.pdf|PDF is encrypted with a password
+pdf_huge_page.pdf|over the limit
+pdf_truncated.pdf|invalid or damaged PDF
+pdf_100000_pages.pdf|PDF has no readable pages
+tiff_huge.tif|image is 100000x100000
+tiff_truncated.tif|invalid TIFF
+bmp_absurd_offset.bmp|pixel data offset 4294967280 is outside the file
+bmp_huge.bmp|image is 2147483647x2147483647
+bmp_truncated.bmp|truncated BMP
+bmp_rle8.bmp|RLE-compressed BMP is not supported
+gif_truncated.gif|corrupt or truncated GIF
+gif_huge.gif|image is 65535x65535
+webp_huge.webp|image is 16384x16384
+webp_truncated.webp|invalid WebP
+LIST
+# A TIFF whose directories loop: page 1 is still readable, without a hang or a word on stderr.
+timeout 30 "$QVL" preprocess --image "$DATA/bad/tiff_loop.tif" > /dev/null 2> "$TMP/loop.err"
+check "tiff_loop.tif: page 1 read, quietly" "[ $? -eq 0 ] && [ ! -s '$TMP/loop.err' ] || { cat '$TMP/loop.err'; false; }"
+for img in sample.webp sample.bmp sample.gif pages2.tif pages3.pdf cmyk8.tif rgb16.tif lossy_alpha.webp; do
+  "$QVL" preprocess --image "$DATA/images/formats/$img" > "$TMP/fmt.out" 2> "$TMP/fmt.err"
+  check "preprocess $img works, quietly" "[ $? -eq 0 ] && [ -s '$TMP/fmt.out' ] && [ ! -s '$TMP/fmt.err' ] || { cat '$TMP/fmt.err'; false; }"
+done
+
 # ---------------------------------------------------------------- unusual images end to end
 for img in rgb16.png gray16.png rgba16.png cmyk.jpg exif6.jpg palette.png interlaced.png animated.png; do
   "$QVL" ask --model "$MODEL" --image "$DATA/bad/$img" --greedy -n 4 --json "What is it?" \

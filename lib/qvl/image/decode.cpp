@@ -23,11 +23,9 @@ bool starts_with(const uint8_t* data, size_t size, const char* magic, size_t n) 
 
 // Formats people will try that we do not read, so the error can say what the file is.
 const char* unsupported_format_name(const uint8_t* data, size_t size) {
-  if (starts_with(data, size, "GIF8", 4)) return "GIF";
-  if (starts_with(data, size, "RIFF", 4) && size >= 12 && std::memcmp(data + 8, "WEBP", 4) == 0) return "WebP";
-  if (starts_with(data, size, "BM", 2)) return "BMP";
-  if (starts_with(data, size, "II*\0", 4) || starts_with(data, size, "MM\0*", 4)) return "TIFF";
   if (size >= 12 && std::memcmp(data + 4, "ftyp", 4) == 0) return "HEIF/AVIF";
+  if (starts_with(data, size, "\x00\x00\x00\x0cjP  ", 8) || starts_with(data, size, "\xFF\x4F\xFF\x51", 4))
+    return "JPEG 2000";
   return nullptr;
 }
 
@@ -50,11 +48,29 @@ void check_pixel_limit(int64_t width, int64_t height, const std::string& name, c
     throw Error(fmt::format("{}: image is {}x{} = {} pixels, over the limit of {} pixels", name, width, height,
                             width * height, limits.max_pixels));
 }
+
+void check_page(int page, int pages, const std::string& name) {
+  if (page < 1 || page > pages)
+    throw Error(fmt::format("{}: page {} requested, but the file has {} page{}", name, page, pages,
+                            pages == 1 ? "" : "s"));
+}
 }  // namespace detail
 
 ImageFormat detect_image_format(const uint8_t* data, size_t size) {
   if (starts_with(data, size, "\x89PNG\r\n\x1a\n", 8)) return ImageFormat::Png;
   if (starts_with(data, size, "\xFF\xD8\xFF", 3)) return ImageFormat::Jpeg;
+  if (starts_with(data, size, "RIFF", 4) && size >= 12 && std::memcmp(data + 8, "WEBP", 4) == 0)
+    return ImageFormat::Webp;
+  // Classic TIFF and BigTIFF, both byte orders.
+  if (starts_with(data, size, "II*\0", 4) || starts_with(data, size, "MM\0*", 4) ||
+      starts_with(data, size, "II+\0", 4) || starts_with(data, size, "MM\0+", 4))
+    return ImageFormat::Tiff;
+  if (starts_with(data, size, "GIF87a", 6) || starts_with(data, size, "GIF89a", 6)) return ImageFormat::Gif;
+  if (starts_with(data, size, "BM", 2) && size >= 14) return ImageFormat::Bmp;
+  // PDF readers accept the header anywhere in the first 1024 bytes; so does poppler.
+  const size_t head = size < 1024 ? size : 1024;
+  for (size_t i = 0; i + 5 <= head; ++i)
+    if (std::memcmp(data + i, "%PDF-", 5) == 0) return ImageFormat::Pdf;
   return ImageFormat::Unknown;
 }
 
@@ -62,34 +78,57 @@ const char* image_format_name(ImageFormat format) {
   switch (format) {
     case ImageFormat::Png: return "png";
     case ImageFormat::Jpeg: return "jpeg";
+    case ImageFormat::Webp: return "webp";
+    case ImageFormat::Tiff: return "tiff";
+    case ImageFormat::Bmp: return "bmp";
+    case ImageFormat::Gif: return "gif";
+    case ImageFormat::Pdf: return "pdf";
     default: return "unknown";
   }
 }
 
+namespace {
+[[noreturn]] void throw_unknown_format(const uint8_t* data, size_t size, const std::string& name) {
+  if (const char* other = unsupported_format_name(data, size))
+    throw Error(fmt::format("{}: {} images are not supported (PNG, JPEG, WebP, TIFF, BMP, GIF and PDF are)", name,
+                            other));
+  // Keeps the wording of the PNG/JPEG-only days ("not a PNG or JPEG image"), which scripts may match.
+  throw Error(fmt::format("{}: not a PNG or JPEG image, nor WebP, TIFF, BMP, GIF or PDF (unrecognized first bytes)",
+                          name));
+}
+}  // namespace
+
 RgbImage decode_image(const uint8_t* data, size_t size, const std::string& name, const ImageLimits& limits,
                       const DecodeRequest& request) {
   if (size == 0) throw Error(fmt::format("{}: file is empty (0 bytes), not an image", name));
-  if (request.page != 1)
-    throw Error(fmt::format("{}: page {} requested, but the file has 1 page", name, request.page));
+  const ImageFormat format = detect_image_format(data, size);
+  if (format == ImageFormat::Unknown) throw_unknown_format(data, size, name);
+  if (request.page < 1) throw Error(fmt::format("{}: page {} requested; pages count from 1", name, request.page));
+  const bool has_pages = format == ImageFormat::Tiff || format == ImageFormat::Pdf;
+  if (!has_pages) detail::check_page(request.page, 1, name);
   int orientation = 1;
   RgbImage image;
-  switch (detect_image_format(data, size)) {
+  switch (format) {
     case ImageFormat::Png: image = detail::decode_png(data, size, name, limits, &orientation); break;
-    case ImageFormat::Jpeg: image = detail::decode_jpeg(data, size, name, limits, &orientation); break;
-    default:
-      if (const char* other = unsupported_format_name(data, size))
-        throw Error(fmt::format("{}: {} images are not supported (only PNG and JPEG)", name, other));
-      throw Error(fmt::format("{}: not a PNG or JPEG image (unrecognized first bytes)", name));
+    case ImageFormat::Jpeg: image = detail::decode_jpeg(data, size, name, limits, request, &orientation); break;
+    case ImageFormat::Webp: image = detail::decode_webp(data, size, name, limits, &orientation); break;
+    case ImageFormat::Tiff: image = detail::decode_tiff(data, size, name, limits, request, &orientation); break;
+    case ImageFormat::Bmp: image = detail::decode_bmp(data, size, name, limits); break;
+    case ImageFormat::Gif: image = detail::decode_gif(data, size, name, limits); break;
+    case ImageFormat::Pdf: image = detail::decode_pdf(data, size, name, limits, request); break;
+    default: throw_unknown_format(data, size, name);
   }
   return apply_orientation(std::move(image), orientation);
 }
 
 int image_page_count(const uint8_t* data, size_t size, const std::string& name, const ImageLimits& limits) {
-  (void)limits;
   if (size == 0) throw Error(fmt::format("{}: file is empty (0 bytes), not an image", name));
-  if (detect_image_format(data, size) == ImageFormat::Unknown)
-    throw Error(fmt::format("{}: not a PNG or JPEG image (unrecognized first bytes)", name));
-  return 1;
+  switch (detect_image_format(data, size)) {
+    case ImageFormat::Unknown: throw_unknown_format(data, size, name);
+    case ImageFormat::Tiff: return detail::tiff_page_count(data, size, name, limits);
+    case ImageFormat::Pdf: return detail::pdf_page_count(data, size, name, limits);
+    default: return 1;
+  }
 }
 
 RgbImage decode_image_file(const std::string& path, const ImageLimits& limits, const DecodeRequest& request) {

@@ -17,6 +17,12 @@ namespace qvl {
 struct ImageLimits {
   int64_t max_pixels = 50'000'000;         // width * height of the decoded (possibly DCT-scaled or rendered) image
   int64_t max_file_bytes = 256ll << 20;    // only read by decode_image_file
+  // Pages (PDF) or directories (TIFF) a file may have; more is refused, so a
+  // hostile file cannot make a caller loop over 100000 pages.
+  int max_pages = 10'000;
+  // Declared JPEG size even when DCT scaling will shrink it (a sanity bound:
+  // a header can claim 65535x65535).
+  int64_t max_declared_pixels = 1'000'000'000;
 };
 
 // What the caller will do with the image, so a decoder can do less work.
@@ -30,9 +36,9 @@ struct DecodeRequest {
 };
 constexpr int kDefaultPdfDpi = 150;
 
-enum class ImageFormat { Unknown, Png, Jpeg };
+enum class ImageFormat { Unknown, Png, Jpeg, Webp, Tiff, Bmp, Gif, Pdf };
 ImageFormat detect_image_format(const uint8_t* data, size_t size);
-const char* image_format_name(ImageFormat format);  // "png", "jpeg", "unknown"
+const char* image_format_name(ImageFormat format);  // "png", "jpeg", "webp", "tiff", "bmp", "gif", "pdf", "unknown"
 
 // `name` is only used in error messages (usually the file path).
 RgbImage decode_image(const uint8_t* data, size_t size, const std::string& name, const ImageLimits& limits = {},

@@ -58,10 +58,23 @@ void cmyk_to_rgb(const std::vector<uint8_t>& cmyk, RgbImage& image) {
   }
 }
 
+// The DCT scale to decode at: the smallest of 1/8, 1/4, 1/2 whose scaled size
+// still has at least `target` pixels (so the exact resize after it still only
+// shrinks), else 1/1. libjpeg scales in the IDCT: far less work and memory.
+tjscalingfactor choose_scale(int width, int height, int64_t target) {
+  if (target > 0) {
+    for (int denom : {8, 4, 2}) {
+      const tjscalingfactor f{1, denom};
+      if (int64_t(TJSCALED(width, f)) * TJSCALED(height, f) >= target) return f;
+    }
+  }
+  return {1, 1};
+}
+
 }  // namespace
 
 RgbImage decode_jpeg(const uint8_t* data, size_t size, const std::string& name, const ImageLimits& limits,
-                     int* orientation) {
+                     const DecodeRequest& request, int* orientation) {
   TurboJpegHandle tj;
   if (!tj.handle) throw Error(fmt::format("{}: cannot initialise the JPEG decoder", name));
   // TurboJPEG takes a non-const pointer but does not write through it.
@@ -74,7 +87,13 @@ RgbImage decode_jpeg(const uint8_t* data, size_t size, const std::string& name, 
     if (tjGetErrorCode(tj.handle) != TJERR_WARNING || width <= 0 || height <= 0 || is_truncation_warning(why))
       throw Error(fmt::format("{}: invalid JPEG: {}", name, why));
   }
-  check_pixel_limit(width, height, name, limits);
+  if (width <= 0 || height <= 0 || int64_t(width) * height > limits.max_declared_pixels)
+    throw Error(fmt::format("{}: image is {}x{} = {} pixels, over the limit of {} pixels", name, width, height,
+                            int64_t(width) * height, std::min(limits.max_pixels, limits.max_declared_pixels)));
+  const tjscalingfactor scale = choose_scale(width, height, request.target_max_pixels);
+  width = TJSCALED(width, scale);
+  height = TJSCALED(height, scale);
+  check_pixel_limit(width, height, name, limits);  // the pixels we will actually decode
 
   const bool four_components = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
   RgbImage image;

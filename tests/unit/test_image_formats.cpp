@@ -1,0 +1,259 @@
+// WebP, TIFF, BMP, GIF and PDF (and more PNG/JPEG colour layouts) against the
+// reference: tests/data/images/formats/decoded.safetensors holds PIL 9.4's
+// Image.open -> exif_transpose -> convert("RGB") bytes for each sample, and
+// pdftoppm's rendering for the PDF pages (scripts/make_format_samples.py).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "qvl/error.h"
+#include "qvl/image/decode.h"
+#include "qvl/io/safetensors.h"
+#include "test_support.h"
+
+using namespace qvl;
+
+namespace {
+
+std::string sample(const std::string& name) { return test::data_path("images/formats/" + name); }
+
+const SafetensorsFile& golden() {
+  static const SafetensorsFile file(sample("decoded.safetensors"));
+  return file;
+}
+
+struct Difference {
+  size_t bytes_differ = 0;
+  int max_abs = 0;
+};
+
+Difference compare(const RgbImage& got, const TensorView& want) {
+  Difference d;
+  const uint8_t* w = want.as<uint8_t>();
+  for (size_t i = 0; i < got.pixels.size(); ++i) {
+    const int diff = std::abs(int(got.pixels[i]) - int(w[i]));
+    d.bytes_differ += diff != 0;
+    d.max_abs = std::max(d.max_abs, diff);
+  }
+  return d;
+}
+
+void check_against_golden(const RgbImage& got, const std::string& key, int tolerance) {
+  CAPTURE(key);
+  const TensorView& want = golden().get(key);
+  REQUIRE(want.shape.size() == 3);
+  CHECK(got.height == want.shape[0]);
+  CHECK(got.width == want.shape[1]);
+  REQUIRE(got.pixels.size() == want.nbytes);
+  const Difference d = compare(got, want);
+  CAPTURE(d.bytes_differ);
+  CHECK(d.max_abs <= tolerance);
+}
+
+std::string decode_error(const std::string& path, const DecodeRequest& request = {}) {
+  try {
+    decode_image_file(path, {}, request);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("every sample decodes to the reference's bytes") {
+  // Exact unless listed here, with the reason.
+  const std::map<std::string, int> tolerance = {};
+  int compared = 0;
+  for (const auto& [key, view] : golden().tensors()) {
+    if (key.find('#') != std::string::npos) continue;  // pages: below
+    const int allowed = tolerance.count(key) ? tolerance.at(key) : 0;
+    check_against_golden(decode_image_file(sample(key)), key, allowed);
+    ++compared;
+  }
+  CHECK(compared >= 30);
+}
+
+TEST_CASE("formats are detected from the content, not the name") {
+  const std::vector<std::pair<std::string, ImageFormat>> files = {
+      {"lossy.webp", ImageFormat::Webp},  {"rgb8.tif", ImageFormat::Tiff},    {"rgb24.bmp", ImageFormat::Bmp},
+      {"palette.gif", ImageFormat::Gif},  {"pages3.pdf", ImageFormat::Pdf},   {"cmyk.jpg", ImageFormat::Jpeg},
+      {"gray_alpha.png", ImageFormat::Png},
+  };
+  for (const auto& [name, format] : files) {
+    CAPTURE(name);
+    const std::vector<uint8_t> bytes = read_image_bytes(sample(name));
+    CHECK(detect_image_format(bytes.data(), bytes.size()) == format);
+    // Same bytes under a misleading name decode the same.
+    const RgbImage a = decode_image(bytes.data(), bytes.size(), "picture.png");
+    CHECK(a.width > 0);
+  }
+}
+
+TEST_CASE("TIFF pages are directories") {
+  const std::vector<uint8_t> bytes = read_image_bytes(sample("pages2.tif"));
+  CHECK(image_page_count(bytes.data(), bytes.size(), "pages2.tif") == 2);
+  DecodeRequest second;
+  second.page = 2;
+  check_against_golden(decode_image(bytes.data(), bytes.size(), "pages2.tif", {}, second), "pages2.tif#2", 0);
+  DecodeRequest third;
+  third.page = 3;
+  CHECK(decode_error(sample("pages2.tif"), third).find("page 3 requested, but the file has 2 pages") !=
+        std::string::npos);
+  const std::vector<uint8_t> single = read_image_bytes(sample("rgb8.tif"));
+  CHECK(image_page_count(single.data(), single.size(), "rgb8.tif") == 1);
+}
+
+TEST_CASE("PDF pages render at the requested dpi like pdftoppm") {
+  const std::vector<uint8_t> bytes = read_image_bytes(sample("pages3.pdf"));
+  CHECK(image_page_count(bytes.data(), bytes.size(), "pages3.pdf") == 3);
+  for (int page = 1; page <= 3; ++page) {
+    DecodeRequest request;
+    request.page = page;
+    request.pdf_dpi = 72;
+    check_against_golden(decode_image(bytes.data(), bytes.size(), "pages3.pdf", {}, request),
+                         "pages3.pdf#" + std::to_string(page) + "@72", 0);
+  }
+  // The default is 150 dpi: the 144x108 pt page becomes 300x225 pixels.
+  const RgbImage page1 = decode_image(bytes.data(), bytes.size(), "pages3.pdf");
+  CHECK(page1.width == 300);
+  CHECK(page1.height == 225);
+  // Independently of poppler's tools: page 1's box (10,10)-(70,50) pt in 0.9 0.1 0.1 red, on white paper.
+  const uint8_t* inside = page1.at(60 * 150 / 72, 225 - 15 * 150 / 72);
+  CHECK(std::abs(inside[0] - 230) <= 1);
+  CHECK(std::abs(inside[1] - 26) <= 1);
+  CHECK(std::abs(inside[2] - 26) <= 1);
+  const uint8_t* paper = page1.at(150, 10);
+  CHECK((paper[0] == 255 && paper[1] == 255 && paper[2] == 255));
+
+  DecodeRequest fourth;
+  fourth.page = 4;
+  CHECK(decode_error(sample("pages3.pdf"), fourth).find("page 4 requested, but the file has 3 pages") !=
+        std::string::npos);
+  ImageLimits small;
+  small.max_pixels = 300 * 225 - 1;
+  try {
+    decode_image(bytes.data(), bytes.size(), "pages3.pdf", small);
+    FAIL("a page over the pixel limit was rendered");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("over the limit of 67499 pixels") != std::string::npos);
+  }
+}
+
+TEST_CASE("single-image formats have one page") {
+  for (const char* name : {"sample.webp", "sample.bmp", "sample.gif"}) {
+    CAPTURE(name);
+    const std::vector<uint8_t> bytes = read_image_bytes(sample(name));
+    CHECK(image_page_count(bytes.data(), bytes.size(), name) == 1);
+    DecodeRequest second;
+    second.page = 2;
+    CHECK(decode_error(sample(name), second).find("page 2 requested, but the file has 1 page") != std::string::npos);
+  }
+}
+
+TEST_CASE("refused layouts say what they are") {
+  CHECK(decode_error(sample("animated.webp")).find("animated WebP is not supported") != std::string::npos);
+  CHECK(decode_error(sample("rle8.bmp")).find("RLE-compressed BMP is not supported") != std::string::npos);
+}
+
+TEST_CASE("a GIF named .png is read as the GIF it is") {
+  // tests/data/bad/gif_named.png: a 1x1 GIF; PIL 9.4 gives one black pixel.
+  const RgbImage image = decode_image_file(test::data_path("bad/gif_named.png"));
+  CHECK(image.width == 1);
+  CHECK(image.height == 1);
+  CHECK(image.pixels == std::vector<uint8_t>{0, 0, 0});
+}
+
+namespace {
+// A little-endian TIFF of `pages` 2x2 gray directories sharing one strip, the last one
+// pointing back at the first when `loop`.
+std::vector<uint8_t> many_page_tiff(int pages, bool loop) {
+  std::vector<uint8_t> out = {'I', 'I', 42, 0, 12, 0, 0, 0, 1, 2, 3, 4};
+  auto u16 = [&](uint32_t v) { out.insert(out.end(), {uint8_t(v), uint8_t(v >> 8)}); };
+  auto u32 = [&](uint32_t v) { u16(v & 0xFFFF); u16(v >> 16); };
+  const uint32_t ifd_size = 2 + 8 * 12 + 4;
+  for (int p = 0; p < pages; ++p) {
+    const uint16_t entries[8][3] = {{256, 3, 2}, {257, 3, 2}, {258, 3, 8}, {259, 3, 1},
+                                    {262, 3, 1}, {273, 4, 8}, {278, 3, 2}, {279, 4, 4}};
+    u16(8);
+    for (const auto& e : entries) {
+      u16(e[0]);
+      u16(e[1]);
+      u32(1);
+      if (e[1] == 3) { u16(e[2]); u16(0); } else { u32(e[2]); }
+    }
+    const bool last = p == pages - 1;
+    u32(last ? (loop ? 12 : 0) : uint32_t(12 + (p + 1) * ifd_size));
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("hostile page counts: bounded, quick, and no allocation per page") {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<uint8_t> many = many_page_tiff(100000, false);
+  try {
+    image_page_count(many.data(), many.size(), "many.tif");
+    FAIL("100000 directories were counted");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("TIFF has more than 10000 pages") != std::string::npos);
+  }
+  ImageLimits few;
+  few.max_pages = 100000;
+  CHECK(image_page_count(many.data(), many.size(), "many.tif", few) == 100000);
+  DecodeRequest last;
+  last.page = 100000;
+  const RgbImage image = decode_image(many.data(), many.size(), "many.tif", few, last);
+  CHECK(image.pixels == std::vector<uint8_t>{1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4});
+  const std::vector<uint8_t> looped = many_page_tiff(3, true);
+  try {
+    image_page_count(looped.data(), looped.size(), "loop.tif");
+    FAIL("a directory loop was counted");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("loop.tif: damaged TIFF: its directory chain loops") == 0);
+  }
+  CHECK(decode_image(looped.data(), looped.size(), "loop.tif").width == 2);  // page 1 is still there
+  // A PDF whose page tree claims 100000 pages it does not have.
+  const std::vector<uint8_t> pdf = read_image_bytes(test::data_path("bad/pdf_100000_pages.pdf"));
+  try {
+    image_page_count(pdf.data(), pdf.size(), "lying.pdf");
+    FAIL("a lying page count was believed");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("PDF has no readable pages") != std::string::npos);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(seconds < 20);  // a few seconds on a busy 2-core machine; a hang would be minutes
+}
+
+TEST_CASE("hostile files in tests/data/bad are refused in one line naming the file") {
+  const std::pair<const char*, const char*> cases[] = {
+      {"pdf_encrypted.pdf", "PDF is encrypted with a password"},
+      {"pdf_huge_page.pdf", "would be 30000x30000 = 900000000 pixels, over the limit"},
+      {"pdf_truncated.pdf", "invalid or damaged PDF"},
+      {"pdf_100000_pages.pdf", "PDF has no readable pages"},
+      {"tiff_huge.tif", "image is 100000x100000"},
+      {"tiff_truncated.tif", "invalid TIFF"},
+      {"bmp_absurd_offset.bmp", "pixel data offset 4294967280 is outside the file"},
+      {"bmp_huge.bmp", "image is 2147483647x2147483647"},
+      {"bmp_truncated.bmp", "truncated BMP"},
+      {"bmp_rle8.bmp", "RLE-compressed BMP is not supported"},
+      {"gif_truncated.gif", "corrupt or truncated GIF"},
+      {"gif_huge.gif", "image is 65535x65535"},
+      {"webp_huge.webp", "image is 16384x16384"},
+      {"webp_truncated.webp", "invalid WebP"},
+  };
+  for (const auto& [file, says] : cases) {
+    const std::string path = test::data_path(std::string("bad/") + file);
+    CAPTURE(path);
+    const std::string message = decode_error(path);
+    CAPTURE(message);
+    CHECK(message.find(says) != std::string::npos);
+    CHECK(message.rfind(path + ": ", 0) == 0);
+    CHECK(message.find('\n') == std::string::npos);
+  }
+}
