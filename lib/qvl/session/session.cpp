@@ -257,10 +257,9 @@ PreprocessorConfig Session::Impl::fit_to_context(const std::vector<Message>& tur
     int64_t got = 0;
     for (const auto& [width, height] : sizes) got += image_tokens_for(height, width, fitted);
     const int64_t ppt = pixels_per_image_token(fitted);
-    options.on_note(fmt::format("{} needed {} image tokens but {} of the context limit ({}) are left after the text: "
-                                "shrunk to {} image tokens ({} at most each, {} pixels)",
-                                images, wanted, available, options.max_context, got, fitted.max_pixels / ppt,
-                                fitted.max_pixels));
+    options.on_note(fmt::format("{} need {} image tokens, but only {} of --max-context {} are left after the text: "
+                                "shrunk to {} image tokens (at most {} each)",
+                                images, wanted, available, options.max_context, got, fitted.max_pixels / ppt));
   }
   return fitted;
 }
