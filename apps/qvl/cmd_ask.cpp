@@ -38,7 +38,8 @@ std::vector<Message> build_messages(const AskFlags& f) {
   if (std::count(f.images.begin(), f.images.end(), "-") > 1)
     throw CLI::ValidationError("--image -", "stdin holds one image: give '--image -' once");
   if (image_from_stdin && f.prompt == "-")
-    throw CLI::ValidationError("--image -", "the image comes from stdin, so the question cannot: give it as an argument");
+    throw CLI::ValidationError("--image -",
+                               "the image comes from stdin, so the question cannot: give it as an argument");
   std::string prompt = f.prompt == "-" ? read_stdin() : f.prompt;
   if (prompt.empty() && f.images.empty()) throw Error("nothing to ask: give a PROMPT, '-' for stdin, --image or --messages");
   std::vector<Message> msgs;

@@ -194,9 +194,9 @@ class ChatRepl {
       fmt::print(stderr,
                  "image {:.3f} s{} | vision {:.2f} s | prefill {} tok {:.2f} s ({:.1f} tok/s) | "
                  "decode {} tok {:.2f} s ({:.2f} tok/s) | ttft {:.2f} s\n",
-                 answer.timings.image_s, image_tokens_note(answer, session_.config()), answer.timings.vision_s, answer.prompt_tokens, answer.timings.prefill_s,
-                 answer.prefill_tokens_per_s(), answer.tokens.size(), answer.timings.decode_s,
-                 answer.decode_tokens_per_s(), answer.timings.ttft_s);
+                 answer.timings.image_s, image_tokens_note(answer, session_.config()), answer.timings.vision_s,
+                 answer.prompt_tokens, answer.timings.prefill_s, answer.prefill_tokens_per_s(), answer.tokens.size(),
+                 answer.timings.decode_s, answer.decode_tokens_per_s(), answer.timings.ttft_s);
     last_answer_ = std::move(answer);
   }
 

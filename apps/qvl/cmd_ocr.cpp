@@ -711,11 +711,13 @@ class OcrRun {
     settle(slot, result_record(f.path, f.page, f.sha256, result, ms));
     if (flags_.model.verbose && !flags_.model.quiet) {
       bar_.clear();
+      const int64_t image_tokens =
+          a.grids.empty() ? 0 : a.grids[0].tokens(session_.config().vision.spatial_merge_size);
       fmt::print(stderr,
                  "{}{}: {} image tokens, {} tokens ({}), {:.0f} ms (vision {:.0f} ms, prefill {:.0f} ms, "
                  "decode {:.0f} ms)\n",
-                 f.path, f.page > 0 ? fmt::format(" page {}", f.page) : "",
-                 a.grids.empty() ? 0 : a.grids[0].tokens(session_.config().vision.spatial_merge_size), a.tokens.size(), a.stop_reason, ms, a.timings.vision_s * 1e3, a.timings.prefill_s * 1e3,
+                 f.path, f.page > 0 ? fmt::format(" page {}", f.page) : "", image_tokens, a.tokens.size(),
+                 a.stop_reason, ms, a.timings.vision_s * 1e3, a.timings.prefill_s * 1e3,
                  a.timings.decode_s * 1e3);
     }
     for (const Copy& c : copies) reuse(c.slot, c.path, c.page, f.sha256, result);

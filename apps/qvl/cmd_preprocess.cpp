@@ -17,7 +17,6 @@
 #include "qvl/image/decode.h"
 #include "qvl/image/image_budget.h"
 #include "qvl/image/preprocess.h"
-#include "qvl/io/mapped_file.h"
 #include "qvl/io/safetensors.h"
 #include "qvl/model/config.h"
 
@@ -43,20 +42,19 @@ bool path_exists(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0;
 }
 
-// Only preprocessor_config.json is needed, so a missing default model folder is
-// not an error: the built-in values are the published Qwen3-VL ones. A folder
-// named by --model or $QVL_MODEL must exist, though.
-// The bounds as `qvl ask` combines them (apps/qvl/main.cpp, image_token_budget).
+// The bounds as `qvl ask` combines them (image_bounds in apps/qvl/main.cpp).
 ImageBounds bounds_of(const PreprocessOptions& o) {
   ModelOptions m;
+  m.min_pixels = o.min_pixels;
   m.max_pixels = o.max_pixels;
   m.max_side = o.max_side;
   m.max_image_tokens = o.max_image_tokens;
-  ImageBounds b{o.min_pixels, o.max_pixels, image_token_budget(m)};
-  if (o.max_side > 0 && (b.max_pixels == 0 || o.max_side * o.max_side < b.max_pixels)) b.max_pixels = o.max_side * o.max_side;
-  return b;
+  return image_bounds(m);
 }
 
+// Only preprocessor_config.json is needed, so a missing default model folder is
+// not an error: the built-in values are the published Qwen3-VL ones. A folder
+// named by --model or $QVL_MODEL must exist, though.
 PreprocessorConfig load_config(const PreprocessOptions& o, std::string* source) {
   const char* env = std::getenv("QVL_MODEL");
   PreprocessorConfig cfg;
@@ -105,13 +103,12 @@ void print_info(const Prepared& p, const std::string& config_source) {
              p.patches.resized_height, p.cfg.min_pixels, p.cfg.max_pixels, config_source);
   const int64_t tokens = p.patches.grid.tokens(p.cfg.merge_size);
   const int64_t unbounded = image_tokens_for(p.original_height, p.original_width, p.published);
-  std::string budget = p.bounds.max_image_tokens > 0
-                           ? fmt::format("at most {} image tokens ({}; qvl ocr's default is {})",
-                                         p.bounds.max_image_tokens,
-                                         p.bounds.max_image_tokens == kDefaultImageTokens ? "the default of ask and chat"
-                                                                                          : "--max-image-tokens",
-                                         kDefaultOcrImageTokens)
-                           : std::string("none (--max-pixels or --max-side given)");
+  const char* whose = p.bounds.max_image_tokens == kDefaultImageTokens ? "the default of ask and chat"
+                                                                       : "--max-image-tokens";
+  const std::string budget = p.bounds.max_image_tokens > 0
+                                 ? fmt::format("at most {} image tokens ({}; qvl ocr's default is {})",
+                                               p.bounds.max_image_tokens, whose, kDefaultOcrImageTokens)
+                                 : std::string("none (--max-pixels or --max-side given)");
   fmt::print("budget     {}: {}\n", budget,
              tokens < unbounded ? fmt::format("applied, preprocessor_config.json alone gives {} tokens", unbounded)
                                 : std::string("the image is within it"));

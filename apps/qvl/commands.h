@@ -45,8 +45,9 @@ struct ModelOptions {
 void add_model_options(CLI::App* cmd, ModelOptions& opts);
 // --dpi, and with `page` also --page (commands that read one page of a document).
 void add_page_options(CLI::App* cmd, int* page, int* dpi);
-// The image-token budget the flags give (0: none): see ModelOptions::max_image_tokens.
-int64_t image_token_budget(const ModelOptions& opts);
+// The size bounds the flags give: --max-side folded into max_pixels (the
+// tightest wins), and the image-token budget (see ModelOptions::max_image_tokens).
+ImageBounds image_bounds(const ModelOptions& opts);
 // --image's check: an existing file, or "-" for stdin.
 CLI::Validator existing_file_or_stdin();
 

@@ -163,11 +163,10 @@ SessionOptions make_session_options(const ModelOptions& o) {
   s.max_context = o.max_context;
   s.max_memory_mb = o.max_memory_mb;
   s.threads = o.threads;
-  s.min_pixels = o.min_pixels;
-  s.max_pixels = o.max_pixels;
-  if (o.max_side > 0 && (s.max_pixels == 0 || o.max_side * o.max_side < s.max_pixels))
-    s.max_pixels = o.max_side * o.max_side;  // the tightest bound wins
-  s.max_image_tokens = image_token_budget(o);
+  const ImageBounds bounds = image_bounds(o);
+  s.min_pixels = bounds.min_pixels;
+  s.max_pixels = bounds.max_pixels;
+  s.max_image_tokens = bounds.max_image_tokens;
   s.max_image_pixels = o.max_image_pixels;
   s.image_page = o.page;
   s.pdf_dpi = o.dpi;

@@ -70,9 +70,13 @@ void add_page_options(CLI::App* cmd, int* page, int* dpi) {
       ->check(integer_in(10, 1200));
 }
 
-int64_t image_token_budget(const ModelOptions& o) {
-  if (o.max_image_tokens > 0) return o.max_image_tokens;
-  return o.max_pixels > 0 || o.max_side > 0 ? 0 : o.default_image_tokens;
+ImageBounds image_bounds(const ModelOptions& o) {
+  ImageBounds b{o.min_pixels, o.max_pixels, o.max_image_tokens};
+  if (o.max_side > 0 && (b.max_pixels == 0 || o.max_side * o.max_side < b.max_pixels))
+    b.max_pixels = o.max_side * o.max_side;
+  // The default budget stands in only when no upper bound was given.
+  if (b.max_image_tokens == 0 && o.max_pixels == 0 && o.max_side == 0) b.max_image_tokens = o.default_image_tokens;
+  return b;
 }
 
 CLI::Validator existing_file_or_stdin() {

@@ -67,6 +67,14 @@ run ask --model "$MODEL" --image - "What?" < /dev/null
 check "--image - with nothing on stdin: exit 1, one line" \
   '[ "$status" = 1 ] && [ "$(wc -l < "$TMP/err")" = 1 ] && grep -q "stdin: no image bytes" "$TMP/err" || dump "$TMP/err"'
 
+# chat --image - takes its questions from the terminal; without one (setsid: none), it says so.
+if command -v setsid > /dev/null; then
+  setsid -w "$QVL" chat --model "$MODEL" --image - < "$DATA/images/small.png" > "$TMP/out" 2> "$TMP/err"
+  status=$?
+  check "chat --image - without a terminal for the questions: exit 1, one line" \
+    '[ "$status" = 1 ] && [ "$(wc -l < "$TMP/err")" = 1 ] && grep -q "questions must come from a terminal" "$TMP/err" || dump "$TMP/err"'
+fi
+
 # ---------------------------------------------------------------- --page
 run image-info --model "$MODEL" --image "$FORMATS/pages3.pdf" --page 2
 check "image-info --page 2 of a 3-page PDF" 'grep -q "^pages *3 (this is page 2" "$TMP/out" || dump "$TMP/out" "$TMP/err"'
