@@ -148,8 +148,14 @@ void run(const PreprocessOptions& o) {
   request.target_max_pixels = p.cfg.max_pixels;  // as the session decodes: big JPEGs at a reduced DCT scale
   p.name = o.image == "-" ? "stdin" : o.image;
   p.bytes = read_input(o, limits);
-  p.pages = image_page_count(p.bytes.data(), p.bytes.size(), p.name, limits);
   p.page = o.page;
+  if (o.out.empty()) {
+    try {
+      p.pages = image_page_count(p.bytes.data(), p.bytes.size(), p.name, limits);
+    } catch (const Error&) {
+      // e.g. a TIFF whose directory chain loops after the page asked for: that page still reads
+    }
+  }
   p.image = decode_image(p.bytes.data(), p.bytes.size(), p.name, limits, request);
   p.patches = preprocess_image(p.image, p.cfg);
   p.original_width = p.image.width;
@@ -177,8 +183,7 @@ CLI::App* add_command(CLI::App& app, const char* name, const char* help, Preproc
   cmd->add_option("--model", o.model_dir, "Model folder for preprocessor_config.json (default: $QVL_MODEL, "
                                           "models/Qwen3-VL-2B-Instruct, else built-in Qwen3-VL settings)");
   cmd->add_option("--image", o.image, "Image file (PNG, JPEG, WebP, TIFF, BMP, GIF, PDF), or - for stdin")
-      ->required()
-      ->check(existing_file_or_stdin());
+      ->required();  // a missing file is an error naming it (exit 1), as every bad image is
   cmd->add_option("--min-pixels", o.min_pixels, "Smallest resized area (default: preprocessor_config.json)")
       ->check(kPositivePixels);
   cmd->add_option("--max-pixels", o.max_pixels, "Largest resized area (default: preprocessor_config.json)")
