@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 
 SECONDS_PER_TARGET="${1:-60}"
 shift || true
-ALL_TARGETS=(safetensors checkpoint_index config tokenizer image chat jsonl)
+ALL_TARGETS=(safetensors checkpoint_index config tokenizer image chat jsonl webp tiff bmp gif pdf)
 TARGETS=("${@:-${ALL_TARGETS[@]}}")
 
 if ! command -v clang++ >/dev/null; then

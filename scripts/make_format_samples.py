@@ -199,11 +199,15 @@ def main():
     p2 = poster(160, 120, "TIFF page 2", (0, 0, 220)).convert("L")
     p1.save(os.path.join(OUT, "pages2.tif"), save_all=True, append_images=[p2], compression="tiff_deflate")
     pdf("pages3.pdf", [pdf_page(n) for n in (1, 2, 3)], 144, 108)
+    pdf("rotated.pdf", [pdf_page(4), pdf_page(5)], 144, 108, rotate=[90, 270])  # landscape pages turned portrait
 
     # --- WebP
     save(rgb, "lossy.webp", quality=80)
     save(rgba, "lossless_alpha.webp", lossless=True, exact=True)
     save(rgba, "lossy_alpha.webp", quality=80)
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    save(rgb, "exif6.webp", lossless=True, exif=exif.tobytes())
     frames = [rgb, rgb.transpose(Image.FLIP_LEFT_RIGHT)]
     frames[0].save(os.path.join(OUT, "animated.webp"), save_all=True, append_images=frames[1:], duration=100)
 
@@ -223,6 +227,9 @@ def main():
     save(rgb, "orientation6.tif", tiffinfo={274: 6})
     subprocess.run(["tiffcp", "-t", "-w", "16", "-l", "16", "-c", "lzw", os.path.join(OUT, "rgb8.tif"),
                     os.path.join(OUT, "rgb8_tiled.tif")], check=True)
+    # Separate colour planes: libtiff's own RGBA conversion (TIFFRGBAImage) in qvl.
+    subprocess.run(["tiffcp", "-p", "separate", os.path.join(OUT, "rgb8.tif"), os.path.join(OUT, "rgb8_planar.tif")],
+                   check=True)
     # 16-bit RGB: PIL cannot write it; tiffcp keeps the samples of a raw file we write ourselves.
     rgb16 = b"".join(struct.pack("<HHH", (x * 1500 + 7) % 65536, (y * 2100 + 300) % 65536, (x * y * 97) % 65536)
                      for y in range(H) for x in range(W))
@@ -262,6 +269,13 @@ def main():
     save(pal, "palette.gif")
     save(pal, "interlaced.gif", interlace=True)
     save(pal, "transparent.gif", transparency=5)
+    gpal = [((i * 37) % 256, (i * 91) % 256, (255 - i) % 256) for i in range(256)]
+    lpal = [((i * 13) % 256, 200, (i * 5) % 256) for i in range(256)]
+    write_gif_offset_frame(os.path.join(OUT, "offset_frame.gif"), (W, H), (5, 4, 20, 15), gpal)
+    write_gif_offset_frame(os.path.join(OUT, "offset_frame_transparent.gif"), (W, H), (5, 4, 20, 15), gpal,
+                           transparent=9)
+    write_gif_offset_frame(os.path.join(OUT, "local_palette_overhang.gif"), (W, H), (30, 20, 20, 15), gpal,
+                           local_palette=lpal)
     frames = [pal, rgb.transpose(Image.FLIP_TOP_BOTTOM).quantize(64)]
     frames[0].save(os.path.join(OUT, "animated.gif"), save_all=True, append_images=frames[1:], duration=100)
 
@@ -270,6 +284,9 @@ def main():
     tr = pal.copy()
     tr.info["transparency"] = 3
     save(tr, "palette_trns.png", transparency=3)
+    save(rgba, "rgba.png")
+    save(g16, "gray16.png")
+    write_png_rgb16(os.path.join(OUT, "rgb16.png"), W, H, rgb16)
     save(rgb.convert("CMYK"), "cmyk.jpg", quality=90)
     save(gray, "gray.jpg", quality=90)
 
@@ -291,9 +308,67 @@ def main():
             subprocess.run(["pdftoppm", "-r", str(dpi), "-f", str(page), "-l", str(page), "-singlefile",
                             os.path.join(OUT, "pages3.pdf"), prefix], check=True)
             golden[f"pages3.pdf#{page}@{dpi}"] = Image.open(prefix + ".ppm").convert("RGB")
+    for page in (1, 2):
+        prefix = os.path.join(tmp, f"r{page}")
+        subprocess.run(["pdftoppm", "-r", "72", "-f", str(page), "-l", str(page), "-singlefile",
+                        os.path.join(OUT, "rotated.pdf"), prefix], check=True)
+        golden[f"rotated.pdf#{page}@72"] = Image.open(prefix + ".ppm").convert("RGB")
     write_safetensors(os.path.join(OUT, "decoded.safetensors"), golden)
     total = sum(os.path.getsize(os.path.join(OUT, f)) for f in os.listdir(OUT))
     print(f"{len(os.listdir(OUT))} files, {total} bytes in {OUT}")
+
+
+def gif_lzw(indices):
+    """8-bit GIF LZW data without compression: each pixel its own 9-bit code, a clear code
+    often enough that the decoder's table never grows past 9 bits."""
+    clear, end = 256, 257
+    codes = [clear]
+    for i, v in enumerate(indices):
+        if i and i % 250 == 0:
+            codes.append(clear)
+        codes.append(v)
+    codes.append(end)
+    bits, nbits, out = 0, 0, bytearray()
+    for c in codes:
+        bits |= c << nbits
+        nbits += 9
+        while nbits >= 8:
+            out.append(bits & 255)
+            bits >>= 8
+            nbits -= 8
+    if nbits:
+        out.append(bits & 255)
+    blocks = b"".join(bytes([len(out[i:i + 255])]) + bytes(out[i:i + 255]) for i in range(0, len(out), 255))
+    return b"\x08" + blocks + b"\x00"
+
+
+def write_gif_offset_frame(path, screen, frame, palette, local_palette=None, transparent=None):
+    """A GIF whose only frame covers part of (or sticks out of) the logical screen."""
+    sw, sh = screen
+    left, top, fw, fh = frame
+    out = b"GIF89a" + struct.pack("<HHBBB", sw, sh, 0xF7, 0, 0) + bytes(sum(palette, ()))
+    if transparent is not None:
+        out += b"\x21\xf9\x04\x01\x00\x00" + bytes([transparent]) + b"\x00"
+    flags = 0x87 if local_palette else 0
+    out += b"," + struct.pack("<HHHHB", left, top, fw, fh, flags)
+    if local_palette:
+        out += bytes(sum(local_palette, ()))
+    out += gif_lzw([(x * 3 + y * 7) % 256 for y in range(fh) for x in range(fw)]) + b";"
+    with open(path, "wb") as f:
+        f.write(out)
+
+
+def write_png_rgb16(path, w, h, little_endian_samples):
+    """A 16-bit RGB PNG (PIL cannot write one) from little-endian samples."""
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    raw = b""
+    for y in range(h):
+        row = little_endian_samples[y * w * 6:(y + 1) * w * 6]
+        raw += b"\0" + b"".join(row[i + 1:i + 2] + row[i:i + 1] for i in range(0, len(row), 2))
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 16, 2, 0, 0, 0)) +
+                chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
 
 
 def write_raw_tiff(path, w, h, bits, spp, photometric, pixels):

@@ -140,6 +140,11 @@ gif_huge.gif|image is 65535x65535
 webp_huge.webp|image is 16384x16384
 webp_truncated.webp|invalid WebP
 LIST
+# A PDF with a damaged embedded JPEG (found by fuzz_pdf): rendered, without libjpeg's "Corrupt
+# JPEG data" warning reaching stderr (poppler leaves libjpeg's printing handler in place;
+# lib/qvl/image/pdf_decoder.cpp replaces it).
+"$QVL" preprocess --image "$DATA/fuzz-regressions/image-pdf-corrupt-embedded-jpeg.pdf" > /dev/null 2> "$TMP/pdfjpeg.err"
+check "PDF with a corrupt embedded JPEG: rendered, quietly" "[ $? -eq 0 ] && [ ! -s '$TMP/pdfjpeg.err' ] || { cat '$TMP/pdfjpeg.err'; false; }"
 # A TIFF whose directories loop: page 1 is still readable, without a hang or a word on stderr.
 timeout 30 "$QVL" preprocess --image "$DATA/bad/tiff_loop.tif" > /dev/null 2> "$TMP/loop.err"
 check "tiff_loop.tif: page 1 read, quietly" "[ $? -eq 0 ] && [ ! -s '$TMP/loop.err' ] || { cat '$TMP/loop.err'; false; }"

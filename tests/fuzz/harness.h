@@ -211,23 +211,53 @@ inline bool run_tokenizer(const Tokenizer& tok, const uint8_t* data, size_t size
   return accepted;
 }
 
-// Images are kept small (ImageLimits and the processor's max_pixels) so the
-// fuzzer spends its time in the decoders, not in resizing large pictures.
+// Images are kept small (ImageLimits, the processor's max_pixels, a low PDF
+// dpi) so the fuzzer spends its time in the decoders, not in resizing large
+// pictures. Files with pages are counted, and page 1 and the last page decoded.
+// The JPEG path also runs with a target size, which takes the DCT-scaled decode.
 inline bool run_image(const uint8_t* data, size_t size) {
   ImageLimits limits;
   limits.max_pixels = 1 << 18;
+  limits.max_pages = 64;
   PreprocessorConfig cfg;
   cfg.min_pixels = 32 * 32;
   cfg.max_pixels = 128 * 128;
+  bool accepted = false;
   try {
-    RgbImage image = decode_image(data, size, "fuzz-input", limits);
-    if (image.pixels.size() != size_t(image.width * image.height * 3)) std::abort();
-    PatchifiedImage patches = preprocess_image(image, cfg);
-    if (patches.pixel_values.size() != size_t(patches.grid.patches() * patches.patch_dim)) std::abort();
-    return true;
+    const int pages = image_page_count(data, size, "fuzz-input", limits);
+    if (pages < 1 || pages > limits.max_pages) std::abort();
+    for (int page : {1, pages}) {
+      DecodeRequest request;
+      request.page = page;
+      request.pdf_dpi = 36;
+      RgbImage image = decode_image(data, size, "fuzz-input", limits, request);
+      if (image.pixels.size() != size_t(image.width * image.height * 3)) std::abort();
+      if (page == 1) {
+        PatchifiedImage patches = preprocess_image(image, cfg);
+        if (patches.pixel_values.size() != size_t(patches.grid.patches() * patches.patch_dim)) std::abort();
+      }
+      if (pages == 1) break;
+    }
+    accepted = true;
   } catch (const Error&) {
-    return false;
   }
+  try {
+    // Page 1 without counting first (the path a plain --image takes), and a JPEG scaled down.
+    DecodeRequest request;
+    request.target_max_pixels = 64 * 64;
+    request.pdf_dpi = 36;
+    RgbImage image = decode_image(data, size, "fuzz-input", limits, request);
+    if (image.pixels.size() != size_t(image.width * image.height * 3)) std::abort();
+    accepted = true;
+  } catch (const Error&) {
+  }
+  return accepted;
+}
+
+// One format's decoder: other inputs are skipped, so a target's time goes to its format.
+inline bool run_image_format(ImageFormat format, const uint8_t* data, size_t size) {
+  if (detect_image_format(data, size) != format) return false;
+  return run_image(data, size);
 }
 
 // Chat messages as JSON (what --messages files hold), parsed and rendered.

@@ -1,6 +1,13 @@
 // Image files to 8-bit RGB, pixel for pixel what the reference gets from
 // PIL: Image.open, ImageOps.exif_transpose, convert("RGB").
 //
+// PNG, JPEG, WebP (still), TIFF (a page is a directory), BMP (uncompressed and
+// bit fields; RLE refused), GIF (first frame) and PDF (a page rendered at a dpi,
+// on white; PIL does not read PDF, the reference there is pdftoppm). Where qvl
+// deliberately differs from PIL 9.4: a TIFF orientation tag is applied once
+// (PIL 9.4 applies it twice), and a JPEG decoded with a target size is DCT-scaled
+// (see DecodeRequest). tests/unit/test_image_formats.cpp holds the evidence.
+//
 // Untrusted input: the format comes from the magic bytes, every size is checked
 // against ImageLimits before pixel memory is allocated, and any decoder error or
 // truncation becomes a one-line qvl::Error naming the file.

@@ -6,6 +6,7 @@
 // poppler reports syntax errors and warnings through a process-wide debug
 // function that prints to stderr by default; ours keeps the first message of the
 // current thread for the error text instead.
+#include <dlfcn.h>
 #include <fmt/core.h>
 #include <poppler-document.h>
 #include <poppler-global.h>
@@ -15,6 +16,8 @@
 
 #include <climits>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -22,6 +25,33 @@
 
 #include "qvl/error.h"
 #include "qvl/image/format_decoders.h"
+
+#include <jpeglib.h>  // after <cstdio>, which it needs
+
+// poppler decodes a PDF's embedded JPEG images (DCTDecode) with the system
+// libjpeg and keeps libjpeg's default message handler, which prints warnings
+// such as "Corrupt JPEG data: premature end of data segment" straight to
+// stderr; poppler offers no setting for it. This definition of
+// jpeg_std_error, in the executable, takes precedence over libjpeg's for every
+// shared library that calls it (ELF symbol interposition): it sets up libjpeg's
+// standard handler as before, then replaces only the printing of messages with
+// nothing. Errors still reach the caller's error_exit (poppler and libtiff set
+// their own, which recover), and libtiff installs its own output_message after
+// this, so its JPEG warnings still go through its (captured) handlers.
+// TurboJPEG, used for JPEG files themselves, has its own internal copy and is not affected.
+namespace {
+void swallow_libjpeg_message(j_common_ptr) {}
+using StdError = jpeg_error_mgr* (*)(jpeg_error_mgr*);
+}  // namespace
+
+extern "C" jpeg_error_mgr* jpeg_std_error(jpeg_error_mgr* err) {
+  static const StdError real = reinterpret_cast<StdError>(dlsym(RTLD_NEXT, "jpeg_std_error"));
+  if (!real) std::abort();  // only reachable from a library that links libjpeg, so it is loaded
+  real(err);
+  err->output_message = swallow_libjpeg_message;
+  return err;
+}
+
 
 namespace qvl::detail {
 namespace {

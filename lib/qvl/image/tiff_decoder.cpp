@@ -230,7 +230,9 @@ bool read_layout(TIFF* tif, Layout* L) {
   uint16_t* extra_types = nullptr;
   TIFFGetFieldDefaulted(tif, TIFFTAG_EXTRASAMPLES, &extra_count, &extra_types);
   L->extra = extra_count;
-  if (planar != PLANARCONFIG_CONTIG || format != SAMPLEFORMAT_UINT || L->samples < 1) return false;
+  // At most 8 samples a pixel (RGBA and a few extra channels): keeps each strip
+  // buffer within 16 bytes a pixel; more goes to TIFFRGBAImage (or is refused there).
+  if (planar != PLANARCONFIG_CONTIG || format != SAMPLEFORMAT_UINT || L->samples < 1 || L->samples > 8) return false;
   const int colour = L->samples - extra_count;
   const int bits = L->bits;
   switch (L->photometric) {
@@ -292,6 +294,10 @@ void read_tiles(const TiffFile& file, const Layout& L, RgbImage& image) {
   const tmsize_t tile_bytes = TIFFTileSize(tif);
   const tmsize_t row_bytes = TIFFTileRowSize(tif);
   if (tile_w == 0 || tile_h == 0 || tile_bytes <= 0 || row_bytes <= 0) file.fail("invalid TIFF tile layout");
+  // A tile may overhang the image, but not by absurd amounts (a 65536x65536 tile on a small image).
+  const int64_t area = std::max<int64_t>(image.width * image.height, 512 * 512);
+  if (int64_t(tile_w) * tile_h > 4 * area)
+    file.fail(fmt::format("invalid TIFF: {}x{} tiles for a {}x{} image", tile_w, tile_h, image.width, image.height));
   std::vector<uint8_t> tile(static_cast<size_t>(tile_bytes));
   for (int64_t y0 = 0; y0 < image.height; y0 += tile_h) {
     for (int64_t x0 = 0; x0 < image.width; x0 += tile_w) {

@@ -1,0 +1,7 @@
+// The PDF decoder alone (other inputs are skipped): pages, decoding, preprocessing.
+#include "harness.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  qvl::fuzz::run_image_format(qvl::ImageFormat::Pdf, data, size);
+  return 0;
+}
