@@ -1,6 +1,7 @@
 // qvl ask: one question (about zero or more images), answer streamed to stdout.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -33,6 +34,12 @@ std::vector<Message> build_messages(const AskFlags& f) {
       throw Error("--messages already holds the conversation: do not combine it with --image, --system or a prompt");
     return parse_messages_file(f.messages_file);
   }
+  const bool image_from_stdin = std::count(f.images.begin(), f.images.end(), "-") > 0;
+  if (std::count(f.images.begin(), f.images.end(), "-") > 1)
+    throw CLI::ValidationError("--image -", "stdin holds one image: give '--image -' once");
+  if (image_from_stdin && f.prompt == "-")
+    throw CLI::ValidationError("--image -",
+                               "the image comes from stdin, so the question cannot: give it as an argument");
   std::string prompt = f.prompt == "-" ? read_stdin() : f.prompt;
   if (prompt.empty() && f.images.empty()) throw Error("nothing to ask: give a PROMPT, '-' for stdin, --image or --messages");
   std::vector<Message> msgs;
@@ -72,10 +79,15 @@ int run_ask(const AskFlags& f) {
   std::vector<Message> messages = build_messages(f);
   // Refused before the model loads: a text that cannot fit, an image that is not a file.
   check_prompt_length(messages, f.model.max_context);
-  for (const std::string& path : image_paths(messages)) require_regular_file(path);
+  std::vector<uint8_t> stdin_image;
+  for (const std::string& path : image_paths(messages)) {
+    if (path == "-" && f.messages_file.empty()) stdin_image = read_stdin_image(ImageLimits{}.max_file_bytes);
+    else require_regular_file(path);
+  }
   SessionOptions session_options = make_session_options(f.model);
   session_options.keep_first_logits = !f.dump_logits.empty();
   Session session(session_options);
+  if (!stdin_image.empty()) session.provide_image("-", std::move(stdin_image));
   SamplingOptions sampling = make_sampling(f.sampling, session.generation_config());
   install_interrupt_handler();
   const bool stream = !f.json;
@@ -110,11 +122,11 @@ int run_ask(const AskFlags& f) {
   std::fflush(stdout);
   if (f.model.verbose && !f.model.quiet)
     fmt::print(stderr,
-               "load {:.2f} s | image {:.3f} s | vision {:.2f} s | prefill {} tok {:.2f} s ({:.1f} tok/s) | "
+               "load {:.2f} s | image {:.3f} s{} | vision {:.2f} s | prefill {} tok {:.2f} s ({:.1f} tok/s) | "
                "decode {} tok {:.2f} s ({:.2f} tok/s) | ttft {:.2f} s | peak RSS {} MB\n",
-               session.load_seconds(), a.timings.image_s, a.timings.vision_s, a.prompt_tokens, a.timings.prefill_s,
-               a.prefill_tokens_per_s(), a.tokens.size(), a.timings.decode_s, a.decode_tokens_per_s(),
-               a.timings.ttft_s, session.stats().peak_rss_mb);
+               session.load_seconds(), a.timings.image_s, image_tokens_note(a, session.config()), a.timings.vision_s,
+               a.prompt_tokens, a.timings.prefill_s, a.prefill_tokens_per_s(), a.tokens.size(), a.timings.decode_s,
+               a.decode_tokens_per_s(), a.timings.ttft_s, session.stats().peak_rss_mb);
   return a.stop_reason == "interrupted" ? kInterrupted : kOk;
 }
 
@@ -125,16 +137,18 @@ void register_ask(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand("ask", "Ask one question, optionally about images; the answer streams to stdout");
   add_model_options(cmd, f->model);
   add_sampling_options(cmd, f->sampling);
-  cmd->add_option("-i,--image", f->images, "Image file (PNG or JPEG); repeat for several")
+  cmd->add_option("-i,--image", f->images,
+                  "Image file (PNG, JPEG, WebP, TIFF, BMP, GIF, PDF), or - for stdin; repeat for several")
       ->allow_extra_args(false)  // `--image a.png "question"`: one path per --image
-      ->check(CLI::ExistingFile);
+      ->check(existing_file_or_stdin());
+  add_page_options(cmd, &f->model.page, &f->model.dpi);
   cmd->add_option("--messages", f->messages_file, "Chat JSON (transformers shape); image paths relative to the file")
       ->check(CLI::ExistingFile);
   cmd->add_option("--system", f->system, "System message");
   cmd->add_flag("--json", f->json, "Print one JSON object (text, tokens, prompt_tokens, images, timings) instead of streaming");
   cmd->add_option("--dump-logits", f->dump_logits, "Write the first step's logits (F32) to a safetensors file")
       ->group("Debugging");
-  cmd->add_option("prompt", f->prompt, "The question, or - to read it from stdin");
+  cmd->add_option("prompt", f->prompt, "The question, or - to read it from stdin (not with --image -)");
   cmd->callback([f, &exit_code] { exit_code = run_ask(*f); });
 }
 

@@ -121,7 +121,8 @@ int run_bench_child(const RunFlags& f) {
     // image's features come from the cache: this times prefill and decode).
     std::vector<PatchifiedImage> images;
     for (const std::string& path : f.images)
-      images.push_back(preprocess_image(decode_image_file(path), session.preprocessor_config()));
+      images.push_back(preprocess_image(decode_image_file(path, session.image_limits(), session.decode_request()),
+                                        session.preprocessor_config()));
     const SessionStats before = session.stats();
     int64_t remaining = f.batch;
     session.ask_batch(
@@ -156,6 +157,9 @@ std::vector<std::string> child_args(const BenchFlags& f, const std::string& mode
   if (f.model.min_pixels > 0) args.insert(args.end(), {"--min-pixels", std::to_string(f.model.min_pixels)});
   if (f.model.max_pixels > 0) args.insert(args.end(), {"--max-pixels", std::to_string(f.model.max_pixels)});
   if (f.model.max_side > 0) args.insert(args.end(), {"--max-side", std::to_string(f.model.max_side)});
+  if (f.model.max_image_tokens > 0)
+    args.insert(args.end(), {"--max-image-tokens", std::to_string(f.model.max_image_tokens)});
+  args.insert(args.end(), {"--max-image-pixels", std::to_string(f.model.max_image_pixels)});
   for (const std::string& image : f.images) args.insert(args.end(), {"--image", image});
   return args;
 }

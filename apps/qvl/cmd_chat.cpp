@@ -63,13 +63,18 @@ struct CheckedImage {
 };
 
 // Decodes the image now, so a bad file is reported when it is named rather
-// than at the next question.
-CheckedImage check_image(const std::string& path) {
+// than at the next question. `stdin_bytes`: the image of `--image -`.
+CheckedImage check_image(const std::string& path, const ImageLimits& limits, const DecodeRequest& request,
+                         const std::vector<uint8_t>* stdin_bytes = nullptr) {
+  if (stdin_bytes) {
+    const RgbImage rgb = decode_image(stdin_bytes->data(), stdin_bytes->size(), "stdin", limits, request);
+    return CheckedImage{"-", rgb.width, rgb.height};
+  }
   char* resolved = ::realpath(path.c_str(), nullptr);
   if (!resolved) throw Error(fmt::format("{}: no such file", path));
   CheckedImage image{resolved, 0, 0};
   std::free(resolved);
-  RgbImage rgb = decode_image_file(image.path);
+  RgbImage rgb = decode_image_file(image.path, limits, request);
   image.width = rgb.width;
   image.height = rgb.height;
   return image;
@@ -187,11 +192,11 @@ class ChatRepl {
     if (answer.stop_reason == "context") print_context_full("the answer was cut");
     if (flags_.model.verbose && !flags_.model.quiet)
       fmt::print(stderr,
-                 "image {:.3f} s | vision {:.2f} s | prefill {} tok {:.2f} s ({:.1f} tok/s) | "
+                 "image {:.3f} s{} | vision {:.2f} s | prefill {} tok {:.2f} s ({:.1f} tok/s) | "
                  "decode {} tok {:.2f} s ({:.2f} tok/s) | ttft {:.2f} s\n",
-                 answer.timings.image_s, answer.timings.vision_s, answer.prompt_tokens, answer.timings.prefill_s,
-                 answer.prefill_tokens_per_s(), answer.tokens.size(), answer.timings.decode_s,
-                 answer.decode_tokens_per_s(), answer.timings.ttft_s);
+                 answer.timings.image_s, image_tokens_note(answer, session_.config()), answer.timings.vision_s,
+                 answer.prompt_tokens, answer.timings.prefill_s, answer.prefill_tokens_per_s(), answer.tokens.size(),
+                 answer.timings.decode_s, answer.decode_tokens_per_s(), answer.timings.ttft_s);
     last_answer_ = std::move(answer);
   }
 
@@ -219,7 +224,7 @@ class ChatRepl {
       return;
     }
     try {
-      image_ = check_image(typed_path(argument));
+      image_ = check_image(typed_path(argument), session_.image_limits(), session_.decode_request());
     } catch (const Error& e) {
       fmt::print(stderr, "error: {} (the conversation goes on as before)\n", e.what());
       return;
@@ -281,10 +286,28 @@ class ChatRepl {
   std::optional<Answer> last_answer_;
 };
 
+// `--image -` took stdin: the questions come from the terminal instead.
+void read_questions_from_terminal() {
+  if (!std::freopen("/dev/tty", "r", stdin))
+    throw Error(fmt::format("--image - read the image from stdin, so the questions must come from a terminal, and "
+                            "/dev/tty cannot be opened ({}): give the image as a file instead",
+                            std::strerror(errno)));
+}
+
 int run_chat(const ChatFlags& flags) {
+  const SessionOptions options = make_session_options(flags.model);
   std::optional<CheckedImage> image;
-  if (!flags.image.empty()) image = check_image(flags.image);  // fail before the model loads
-  Session session(make_session_options(flags.model));
+  std::vector<uint8_t> stdin_image;
+  if (flags.image == "-") {
+    stdin_image = read_stdin_image(ImageLimits{}.max_file_bytes);
+    read_questions_from_terminal();
+  }
+  // Fail before the model loads; decoded as the session will (page, DCT scale toward the resized size).
+  if (!flags.image.empty())
+    image = check_image(flags.image, image_limits_for(options), decode_request_for(options),
+                        flags.image == "-" ? &stdin_image : nullptr);
+  Session session(options);
+  if (!stdin_image.empty()) session.provide_image("-", std::move(stdin_image));
   install_interrupt_handler();
   ChatRepl repl(flags, session, std::move(image));
   repl.print_banner(session.load_seconds());
@@ -306,8 +329,11 @@ void register_chat(CLI::App& app, int& exit_code) {
       "chat", "Chat about an image: each line of stdin is a question, answers stream to stdout (/help inside)");
   add_model_options(cmd, f->model);
   add_sampling_options(cmd, f->sampling);
-  cmd->add_option("-i,--image", f->image, "Image file (PNG or JPEG) sent with the first question")
-      ->check(CLI::ExistingFile);
+  cmd->add_option("-i,--image", f->image,
+                  "Image file (PNG, JPEG, WebP, TIFF, BMP, GIF, PDF) sent with the first question; - reads it from "
+                  "stdin (the questions then come from the terminal)")
+      ->check(existing_file_or_stdin());
+  add_page_options(cmd, &f->model.page, &f->model.dpi);
   cmd->add_option("--system", f->system, "System message starting every conversation");
   cmd->callback([f, &exit_code] { exit_code = run_chat(*f); });
 }

@@ -19,18 +19,21 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include "commands.h"
 #include "common.h"
 #include "qvl/error.h"
 #include "qvl/image/decode.h"
+#include "qvl/image/image_budget.h"
 #include "qvl/image/preprocess.h"
 #include "qvl/io/file_scan.h"
 #include "qvl/io/mapped_file.h"
@@ -71,6 +74,11 @@ std::string message_naming(const std::string& path, const std::string& what) {
 
 // ---------------------------------------------------------------------------
 // Output: a JSONL file that is never truncated by accident, or stdout.
+
+// What a record stands for: (file, sha256 or "", page or 0). Pages of a
+// multi-page file (PDF, TIFF) have their own records; other files have page 0
+// (no "page" field).
+using RecordKey = std::tuple<std::string, std::string, int>;
 
 // Another run holds the output's lock (exit kBusy).
 struct OutputBusy : Error {
@@ -120,7 +128,7 @@ struct OutputFile {
   bool starts_mid_line = false;  // the last record lacks only its newline
   bool truncate_before_writing = false;
   struct stat identity {};       // of the --output file, so it is never read as an input
-  std::set<std::pair<std::string, std::string>> done;  // (file, sha256 or "") already in it
+  std::set<RecordKey> done;  // records already in it
 
   ~OutputFile() {
     if (file != stdout) std::fclose(file);  // also releases the lock
@@ -231,7 +239,10 @@ struct OutputFile {
       if (record) {
         auto sha_it = r.find("sha256");
         const bool has_sha = sha_it != r.end() && sha_it->is_string();
-        done.insert({r["file"].get<std::string>(), has_sha ? sha_it->get<std::string>() : std::string()});
+        auto page_it = r.find("page");
+        const bool has_page = page_it != r.end() && page_it->is_number_integer();
+        done.insert({r["file"].get<std::string>(), has_sha ? sha_it->get<std::string>() : std::string(),
+                     has_page ? page_it->get<int>() : 0});
       }
       if (newline == std::string::npos) {  // the last line has no newline
         if (record) {
@@ -260,6 +271,8 @@ struct OutputFile {
 
 struct PreparedFile {
   std::string path;
+  int page = 0;                  // 1-based page of a multi-page file; 0: the file has one page
+  int pages = 1;                 // pages in the file (1 when it could not be read)
   std::string sha256;            // "" when the file could not be read
   std::string error;             // set: the record is an error
   bool already_done = false;     // in the output of an earlier run (--resume)
@@ -267,48 +280,103 @@ struct PreparedFile {
   int64_t width = 0, height = 0;
   PatchifiedImage image;
   double prepare_ms = 0;
+  // Identical content: the same bytes and the same page.
+  std::string content_key() const { return page > 0 ? sha256 + "#" + std::to_string(page) : sha256; }
 };
 
 struct Preparer {
   PreprocessorConfig preprocessor;
   ImageLimits limits;
-  const std::set<std::pair<std::string, std::string>>* done = nullptr;
-  std::set<std::string> decoded;  // sha256 of every file decoded successfully so far
+  DecodeRequest request;  // dpi and target size; the page is set per page
+  const std::set<RecordKey>* done = nullptr;
+  std::set<std::string> decoded;  // content_key() of every page decoded successfully so far
 
-  PreparedFile prepare(const ScannedFile& in, bool decode_even_if_seen = false) {
+  // The reader thread's work: a file becomes one item per page (one for a
+  // single-page file or one that cannot be read), handed to `emit` in page
+  // order; stops early when emit returns false.
+  void prepare(const ScannedFile& in, const std::function<bool(PreparedFile)>& emit) {
     const auto t0 = Clock::now();
     PreparedFile p;
     p.path = in.path;
     if (!in.error.empty()) {
       p.error = in.error;
-      p.already_done = done->count({p.path, ""}) > 0;
-      return p;
+      p.already_done = done->count({p.path, "", 0}) > 0;
+      emit(std::move(p));
+      return;
     }
+    std::string bytes;
     try {
-      std::string bytes = read_bytes(in.path, &p.sha256);
-      if (done->count({p.path, p.sha256})) {
+      bytes = read_bytes(in.path, &p.sha256);
+      // A single-page file, or a file that failed as a whole, recorded before.
+      if (done->count({p.path, p.sha256, 0})) {
         p.already_done = true;
-        return p;
+        emit(std::move(p));
+        return;
       }
-      if (!decode_even_if_seen && decoded.count(p.sha256)) {
-        p.same_as_earlier = true;
-        return p;
-      }
-      RgbImage rgb = decode_image(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), p.path, limits);
-      bytes = std::string();
-      p.width = rgb.width;
-      p.height = rgb.height;
-      p.image = preprocess_image(rgb, preprocessor);
-      decoded.insert(p.sha256);
+      p.pages = image_page_count(data(bytes), bytes.size(), p.path, limits);
     } catch (const std::exception& e) {
       p.error = message_naming(p.path, e.what());
       // An unreadable file has no hash; it counts as done if it was unreadable before too.
-      if (p.sha256.empty() && done->count({p.path, ""})) p.already_done = true;
+      if (p.sha256.empty() && done->count({p.path, "", 0})) p.already_done = true;
+      p.prepare_ms = ms_since(t0);
+      emit(std::move(p));
+      return;
+    }
+    const int pages = p.pages;
+    for (int page = 1; page <= pages; ++page) {
+      PreparedFile item;
+      item.path = p.path;
+      item.sha256 = p.sha256;
+      item.pages = pages;
+      item.page = pages > 1 ? page : 0;
+      if (done->count({item.path, item.sha256, item.page})) item.already_done = true;
+      else decode_page(bytes, item, /*decode_even_if_seen=*/false);
+      item.prepare_ms = page == 1 ? ms_since(t0) : item.prepare_ms;
+      if (!emit(std::move(item))) return;
+    }
+  }
+
+  // One page again, on the model loop's side (a copy of a page that failed in
+  // the model, or that was not decoded ahead): `page` as in PreparedFile.
+  PreparedFile prepare_page(const std::string& path, int page) {
+    const auto t0 = Clock::now();
+    PreparedFile p;
+    p.path = path;
+    p.page = page;
+    try {
+      const std::string bytes = read_bytes(path, &p.sha256);
+      decode_page(bytes, p, /*decode_even_if_seen=*/true);
+    } catch (const std::exception& e) {
+      p.error = message_naming(p.path, e.what());
     }
     p.prepare_ms = ms_since(t0);
     return p;
   }
 
+ private:
+  static const uint8_t* data(const std::string& bytes) { return reinterpret_cast<const uint8_t*>(bytes.data()); }
+
+  void decode_page(const std::string& bytes, PreparedFile& p, bool decode_even_if_seen) {
+    const auto t0 = Clock::now();
+    if (!decode_even_if_seen && decoded.count(p.content_key())) {
+      p.same_as_earlier = true;
+      return;
+    }
+    try {
+      DecodeRequest page_request = request;
+      page_request.page = p.page > 0 ? p.page : 1;
+      RgbImage rgb = decode_image(data(bytes), bytes.size(), p.path, limits, page_request);
+      p.width = rgb.width;
+      p.height = rgb.height;
+      p.image = preprocess_image(rgb, preprocessor);
+      decoded.insert(p.content_key());
+    } catch (const std::exception& e) {
+      p.error = message_naming(p.path, e.what());
+    }
+    p.prepare_ms = ms_since(t0);
+  }
+
+ public:
   // The whole file, hashed. An oversized file is hashed from disk and refused
   // without being held in memory.
   std::string read_bytes(const std::string& path, std::string* sha256) const {
@@ -374,8 +442,11 @@ class Prefetcher {
   Prefetcher(const std::vector<ScannedFile>& files, const Preparer& preparer)
       : state_(std::make_shared<State>(files, preparer)) {
     std::thread([state = state_] {
-      for (const ScannedFile& f : state->files)
-        if (!state->queue.push(state->preparer.prepare(f))) break;
+      bool go_on = true;
+      for (const ScannedFile& f : state->files) {
+        state->preparer.prepare(f, [&](PreparedFile p) { return go_on = state->queue.push(std::move(p)); });
+        if (!go_on) break;
+      }
       state->queue.finish();
       std::lock_guard<std::mutex> lock(state->mutex);
       state->exited = true;
@@ -397,7 +468,7 @@ class Prefetcher {
     }
     std::vector<ScannedFile> files;
     Preparer preparer;
-    std::set<std::pair<std::string, std::string>> done;
+    std::set<RecordKey> done;
     PrefetchQueue queue;
     std::mutex mutex;
     std::condition_variable exit_changed;
@@ -412,6 +483,11 @@ class Prefetcher {
 class ProgressBar {
  public:
   ProgressBar(size_t total, bool enabled) : total_(total), enabled_(enabled), start_(Clock::now()) {}
+  // A multi-page file: its pages are counted one by one from now on.
+  void add_pages(size_t more) {
+    total_ += more;
+    unit_ = "page";
+  }
 
   // `finished` files are behind us; `worked` of them were not skipped (--resume),
   // and only those say how fast the rest will go.
@@ -423,7 +499,7 @@ class ProgressBar {
     std::string rate = "--", eta = "--";
     if (worked > 0 && elapsed > 0) {
       const double per_s = double(worked) / elapsed;
-      rate = per_s >= 1 ? fmt::format("{:.1f} files/s", per_s) : fmt::format("{:.1f} s/file", 1 / per_s);
+      rate = per_s >= 1 ? fmt::format("{:.1f} {}s/s", per_s, unit_) : fmt::format("{:.1f} s/{}", 1 / per_s, unit_);
       eta = duration(double(total_ - finished) / per_s);
     }
     std::string name = current.size() > 40 ? "..." + current.substr(current.size() - 37) : current;
@@ -436,6 +512,8 @@ class ProgressBar {
     if (drawn_) fmt::print(stderr, "\r\033[K");
     drawn_ = false;
   }
+  size_t total() const { return total_; }
+  const char* unit() const { return unit_; }
 
  private:
   static std::string duration(double s) {
@@ -444,6 +522,7 @@ class ProgressBar {
                      : fmt::format("{}:{:02}", t / 60, t % 60);
   }
   size_t total_;
+  const char* unit_ = "file";
   bool enabled_;
   bool drawn_ = false;
   Clock::time_point start_;
@@ -467,14 +546,16 @@ struct Result {
 Record error_record(const PreparedFile& p) {
   Record r;
   r["file"] = p.path;
+  if (p.page > 0) r["page"] = p.page;
   if (!p.sha256.empty()) r["sha256"] = p.sha256;
   r["error"] = p.error;
   return r;
 }
 
-Record result_record(const std::string& file, const std::string& sha256, const Result& res, double ms) {
+Record result_record(const std::string& file, int page, const std::string& sha256, const Result& res, double ms) {
   Record r;
   r["file"] = file;
+  if (page > 0) r["page"] = page;
   r["sha256"] = sha256;
   r["width"] = res.width;
   r["height"] = res.height;
@@ -511,9 +592,10 @@ std::vector<ScannedFile> collect_inputs(const OcrFlags& f) {
   return expand_inputs(inputs, scan);
 }
 
-// The model side: prepared files in, one record per file out, in input order.
-// Files are answered up to --batch at a time (Session::ask_batch), so a record
-// may be ready before the records of earlier files; it waits for them.
+// The model side: prepared files in, one record per file (per page of a
+// multi-page file) out, in input order. Pages are answered up to --batch at a
+// time (Session::ask_batch), so a record may be ready before the records of
+// earlier pages; it waits for them.
 class OcrRun {
  public:
   OcrRun(const OcrFlags& flags, Session& session, const SamplingOptions& sampling, OutputFile& out,
@@ -533,14 +615,17 @@ class OcrRun {
 
  private:
   struct InFlight {
-    std::string path, sha256;
+    std::string path;
+    int page = 0;
+    std::string sha256, key;  // key: PreparedFile::content_key()
     int64_t width = 0, height = 0;
     double prepare_ms = 0;
     Clock::time_point submitted;
   };
-  struct Copy {  // a file with the same bytes as one still being computed
+  struct Copy {  // a page with the same content as one still being computed
     size_t slot;
     std::string path;
+    int page = 0;
   };
 
 
@@ -555,7 +640,7 @@ class OcrRun {
       if (!retries_.empty()) {
         Copy c = retries_.front();
         retries_.pop_front();
-        PreparedFile p = fallback_.prepare({c.path, ""}, /*decode_even_if_seen=*/true);
+        PreparedFile p = fallback_.prepare_page(c.path, c.page);
         if (!p.error.empty()) {
           fail(c.slot, p);
           continue;
@@ -567,18 +652,19 @@ class OcrRun {
       PreparedFile& p = *next;
       const size_t slot = taken_++;
       current_ = p.path;
+      if (p.page == 1 && p.pages > 1) bar_.add_pages(size_t(p.pages - 1));
       if (p.already_done) {
         counts_.skipped += 1;
         settle(slot, std::nullopt);
       } else if (!p.error.empty()) {
         fail(slot, p);
-      } else if (p.same_as_earlier && results_.count(p.sha256)) {
-        reuse(slot, p.path, p.sha256, results_.at(p.sha256));
-      } else if (p.same_as_earlier && computing_.count(p.sha256)) {
-        copies_[p.sha256].push_back({slot, p.path});
+      } else if (p.same_as_earlier && results_.count(p.content_key())) {
+        reuse(slot, p.path, p.page, p.sha256, results_.at(p.content_key()));
+      } else if (p.same_as_earlier && computing_.count(p.content_key())) {
+        copies_[p.content_key()].push_back({slot, p.path, p.page});
       } else if (p.same_as_earlier) {
-        // A copy of a file that failed in the model was not decoded ahead: do it now.
-        p = fallback_.prepare({p.path, ""}, /*decode_even_if_seen=*/true);
+        // A copy of a page that failed in the model was not decoded ahead: do it now.
+        p = fallback_.prepare_page(p.path, p.page);
         if (!p.error.empty()) {
           fail(slot, p);
           continue;
@@ -591,8 +677,8 @@ class OcrRun {
   }
 
   BatchRequest submit(size_t slot, PreparedFile& p) {
-    in_flight_[slot] = {p.path, p.sha256, p.width, p.height, p.prepare_ms, Clock::now()};
-    computing_.insert(p.sha256);
+    in_flight_[slot] = {p.path, p.page, p.sha256, p.content_key(), p.width, p.height, p.prepare_ms, Clock::now()};
+    computing_.insert(p.content_key());
     BatchRequest req;
     req.tag = slot;
     req.turn = ocr_turn(flags_, p.path);
@@ -604,13 +690,14 @@ class OcrRun {
     const size_t slot = size_t(r.tag);
     InFlight f = std::move(in_flight_.at(slot));
     in_flight_.erase(slot);
-    computing_.erase(f.sha256);
-    std::vector<Copy> copies = std::move(copies_[f.sha256]);
-    copies_.erase(f.sha256);
+    computing_.erase(f.key);
+    std::vector<Copy> copies = std::move(copies_[f.key]);
+    copies_.erase(f.key);
     const double ms = f.prepare_ms + ms_since(f.submitted);
     if (!r.error.empty()) {
       PreparedFile p;
       p.path = f.path;
+      p.page = f.page;
       p.sha256 = f.sha256;
       p.error = message_naming(f.path, r.error);
       fail(slot, p);
@@ -621,21 +708,26 @@ class OcrRun {
     counts_.computed += 1;
     Result result{f.path, f.width, f.height, a.text, a.tokens, a.stop_reason};
     counts_.done += 1;
-    settle(slot, result_record(f.path, f.sha256, result, ms));
+    settle(slot, result_record(f.path, f.page, f.sha256, result, ms));
     if (flags_.model.verbose && !flags_.model.quiet) {
       bar_.clear();
-      fmt::print(stderr, "{}: {} tokens ({}), {:.0f} ms (vision {:.0f} ms, prefill {:.0f} ms, decode {:.0f} ms)\n",
-                 f.path, a.tokens.size(), a.stop_reason, ms, a.timings.vision_s * 1e3, a.timings.prefill_s * 1e3,
+      const int64_t image_tokens =
+          a.grids.empty() ? 0 : a.grids[0].tokens(session_.config().vision.spatial_merge_size);
+      fmt::print(stderr,
+                 "{}{}: {} image tokens, {} tokens ({}), {:.0f} ms (vision {:.0f} ms, prefill {:.0f} ms, "
+                 "decode {:.0f} ms)\n",
+                 f.path, f.page > 0 ? fmt::format(" page {}", f.page) : "", image_tokens, a.tokens.size(),
+                 a.stop_reason, ms, a.timings.vision_s * 1e3, a.timings.prefill_s * 1e3,
                  a.timings.decode_s * 1e3);
     }
-    for (const Copy& c : copies) reuse(c.slot, c.path, f.sha256, result);
-    results_.emplace(f.sha256, std::move(result));
+    for (const Copy& c : copies) reuse(c.slot, c.path, c.page, f.sha256, result);
+    results_.emplace(f.key, std::move(result));
   }
 
-  void reuse(size_t slot, const std::string& path, const std::string& sha256, const Result& result) {
+  void reuse(size_t slot, const std::string& path, int page, const std::string& sha256, const Result& result) {
     counts_.done += 1;
     counts_.reused += 1;
-    settle(slot, result_record(path, sha256, result, 0));
+    settle(slot, result_record(path, page, sha256, result, 0));
   }
 
   void fail(size_t slot, const PreparedFile& p) {
@@ -674,10 +766,10 @@ class OcrRun {
   size_t written_ = 0;                                 // slots before this are written
   std::map<size_t, std::optional<Record>> ready_;      // settled, waiting for earlier slots
   std::map<size_t, InFlight> in_flight_;         // by slot
-  std::set<std::string> computing_;             // sha256 of files in flight
-  std::map<std::string, std::vector<Copy>> copies_;  // waiting for a file in flight, by its sha256
-  std::deque<Copy> retries_;                     // copies of a file that failed in the model
-  std::map<std::string, Result> results_;        // by sha256
+  std::set<std::string> computing_;             // content keys of pages in flight
+  std::map<std::string, std::vector<Copy>> copies_;  // waiting for a page in flight, by its content key
+  std::deque<Copy> retries_;                     // copies of a page that failed in the model
+  std::map<std::string, Result> results_;        // by content key
   std::string current_;
   bool told_interrupt_ = false;
 };
@@ -702,6 +794,26 @@ std::vector<ScannedFile> unique_inputs(std::vector<ScannedFile> files, const Out
   return kept;
 }
 
+// The session's preprocessor, with a smaller image budget when one page at
+// the full budget would not leave the prompt and some of the answer in
+// --max-context (the pages are prepared ahead, so they cannot wait for
+// Session::ask to shrink them).
+PreprocessorConfig fit_image_budget(const OcrFlags& f, const Session& session) {
+  PreprocessorConfig cfg = session.preprocessor_config();
+  const std::string prompt = expand_image_pads(render_chat(ocr_turn(f, "")), {1});
+  const int64_t text_tokens = int64_t(session.tokenize(prompt).size()) - 1;
+  const int64_t answer_room = std::min<int64_t>(f.sampling.max_new_tokens, 256);
+  const int64_t ppt = pixels_per_image_token(cfg);
+  const int64_t room = f.model.max_context - 1 - text_tokens - answer_room;
+  const int64_t least = (cfg.min_pixels + ppt - 1) / ppt;
+  if (room * ppt >= cfg.max_pixels || room < least) return cfg;  // fits, or nothing helps (each page says so)
+  cfg.max_pixels = room * ppt;
+  if (!f.model.quiet)
+    fmt::print(stderr, "qvl ocr: --max-context {} leaves room for {} image tokens per page: pages are shrunk to fit\n",
+               f.model.max_context, room);
+  return cfg;
+}
+
 int run_ocr(const OcrFlags& f) {
   const auto t_start = Clock::now();
   // Everything that can fail cheaply fails before the model loads. The paths
@@ -723,7 +835,8 @@ int run_ocr(const OcrFlags& f) {
   if (files.empty()) {
     if (!f.model.quiet)
       fmt::print(stderr, "qvl ocr: no image files found in {} (folders give their files named {}{})\n",
-                 fmt::join(f.inputs, " "), f.glob.empty() ? "*.png, *.jpg or *.jpeg" : f.glob,
+                 fmt::join(f.inputs, " "),
+                 f.glob.empty() ? "*.png, *.jpg, *.jpeg, *.webp, *.tif, *.tiff, *.bmp, *.gif or *.pdf" : f.glob,
                  f.recursive ? "" : "; --recursive descends into subfolders");
     return kOk;
   }
@@ -734,8 +847,10 @@ int run_ocr(const OcrFlags& f) {
   out.truncate_if_forced();
 
   Preparer preparer;
-  preparer.preprocessor = session.preprocessor_config();
-  preparer.limits.max_pixels = session_options.max_image_pixels;
+  preparer.preprocessor = fit_image_budget(f, session);
+  preparer.limits = session.image_limits();
+  preparer.request = session.decode_request();
+  preparer.request.target_max_pixels = preparer.preprocessor.max_pixels;
   preparer.done = &out.done;
 
   ProgressBar bar(files.size(), !f.model.quiet && ::isatty(STDERR_FILENO));
@@ -748,9 +863,9 @@ int run_ocr(const OcrFlags& f) {
   const Counts& n = ocr.counts();
   const double elapsed = std::chrono::duration<double>(Clock::now() - t_start).count();
   if (!f.model.quiet) {
-    fmt::print(stderr, "qvl ocr: {}done {}, failed {}, skipped {}, computed {}, reused {}, {} of {} files, {:.1f} s\n",
+    fmt::print(stderr, "qvl ocr: {}done {}, failed {}, skipped {}, computed {}, reused {}, {} of {} {}s, {:.1f} s\n",
                interrupted() ? "interrupted: " : "", n.done, n.failed, n.skipped, n.computed, n.reused,
-               ocr.finished(), files.size(), elapsed);
+               ocr.finished(), bar.total(), bar.unit(), elapsed);
     const SessionStats st = session.stats();
     if (f.model.verbose && st.decode_s > 0)
       fmt::print(stderr, "qvl ocr: decoding {} tokens took {:.1f} s: {:.2f} tokens/s with --batch {}\n",
@@ -767,17 +882,20 @@ void register_ocr(CLI::App& app, int& exit_code) {
   f->sampling.max_new_tokens = 1024;  // a page of text is longer than a chat answer
   CLI::App* cmd = app.add_subcommand(
       "ocr",
-      "Read the text of images, folders of images or a list of paths on stdin; one JSON line per file "
-      "(file, sha256, width, height, text, tokens, ms, stop_reason; or file, sha256, error). Greedy unless "
-      "--temperature is given");
+      "Read the text of images, folders of images or a list of paths on stdin; one JSON line per file, or per "
+      "page of a PDF or multi-page TIFF (file, [page,] sha256, width, height, text, tokens, ms, stop_reason; or "
+      "file, [page,] sha256, error). Greedy unless --temperature is given");
+  f->model.default_image_tokens = kDefaultOcrImageTokens;  // before add_model_options: its help shows it
   add_model_options(cmd, f->model);
+  add_page_options(cmd, nullptr, &f->model.dpi);
   add_sampling_options(cmd, f->sampling);
   cmd->add_option("--prompt", f->prompt, "What to ask about each image")->capture_default_str();
   cmd->add_option("--system", f->system, "System message");
   CLI::Option* output =
       cmd->add_option("-o,--output", f->output, "JSONL file to write (default: stdout); never silently overwritten");
   CLI::Option* resume =
-      cmd->add_flag("--resume", f->resume, "Append to --output, skipping files already in it (same path and sha256)");
+      cmd->add_flag("--resume", f->resume,
+                    "Append to --output, skipping files and pages already in it (same path, sha256 and page)");
   CLI::Option* force = cmd->add_flag("--force", f->force, "Overwrite a non-empty --output");
   CLI::Option* wait = cmd->add_flag(
       "--wait", f->wait, "When another qvl ocr is writing --output, wait for it to finish instead of exiting 75");
@@ -791,7 +909,8 @@ void register_ocr(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_flag("-r,--recursive", f->recursive, "Descend into subfolders of folder arguments");
   cmd->add_option("--glob", f->glob,
-                  "Folder scans take files whose name matches this fnmatch pattern instead of *.png/*.jpg/*.jpeg");
+                  "Folder scans take files whose name matches this fnmatch pattern instead of the image extensions "
+                  "(png, jpg, jpeg, webp, tif, tiff, bmp, gif, pdf)");
   cmd->add_option("paths", f->inputs, "Images, folders, or - to read newline-separated paths from stdin")
       ->required();
   cmd->callback([f, &exit_code] { exit_code = run_ocr(*f); });

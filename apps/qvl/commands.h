@@ -5,6 +5,9 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "qvl/image/decode.h"
+#include "qvl/image/image_budget.h"
+
 namespace qvl::app {
 
 // Exit statuses, documented in the README.
@@ -29,10 +32,24 @@ struct ModelOptions {
   int64_t min_pixels = 0;  // 0: from preprocessor_config.json
   int64_t max_pixels = 0;
   int64_t max_side = 0;
+  // Image-token budget: the given one, else default_image_tokens unless
+  // --max-pixels or --max-side bounds the size (image/image_budget.h).
+  int64_t max_image_tokens = 0;
+  int64_t default_image_tokens = kDefaultImageTokens;  // a command sets its own before add_model_options
+  int64_t max_image_pixels = ImageLimits{}.max_pixels;  // decoded pixels (after JPEG DCT scaling)
+  int page = 1;  // --page (ask, chat): the page of a PDF or multi-page TIFF
+  int dpi = 0;   // --dpi: PDF rendering resolution; 0: kDefaultPdfDpi
   bool quiet = false;
   bool verbose = false;
 };
 void add_model_options(CLI::App* cmd, ModelOptions& opts);
+// --dpi, and with `page` also --page (commands that read one page of a document).
+void add_page_options(CLI::App* cmd, int* page, int* dpi);
+// The size bounds the flags give: --max-side folded into max_pixels (the
+// tightest wins), and the image-token budget (see ModelOptions::max_image_tokens).
+ImageBounds image_bounds(const ModelOptions& opts);
+// --image's check: an existing file, or "-" for stdin.
+CLI::Validator existing_file_or_stdin();
 
 // Flag checks that run while the command line is parsed (usage errors, exit 2,
 // before anything loads), with messages in words ("must be ≥ 1") rather than

@@ -1,6 +1,7 @@
 #include "common.h"
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <signal.h>
 
 #include <sched.h>
@@ -9,13 +10,16 @@
 #include <cerrno>
 #include <cmath>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <iterator>
 #include <limits>
 #include <thread>
 
 #include "qvl/error.h"
+#include "qvl/image/image_budget.h"
 #include "qvl/text/chat.h"
 
 namespace qvl::app {
@@ -159,10 +163,30 @@ SessionOptions make_session_options(const ModelOptions& o) {
   s.max_context = o.max_context;
   s.max_memory_mb = o.max_memory_mb;
   s.threads = o.threads;
-  s.min_pixels = o.min_pixels;
-  s.max_pixels = o.max_pixels;
-  if (o.max_side > 0) s.max_pixels = o.max_side * o.max_side;
+  const ImageBounds bounds = image_bounds(o);
+  s.min_pixels = bounds.min_pixels;
+  s.max_pixels = bounds.max_pixels;
+  s.max_image_tokens = bounds.max_image_tokens;
+  s.max_image_pixels = o.max_image_pixels;
+  s.image_page = o.page;
+  s.pdf_dpi = o.dpi;
   return s;
+}
+
+DecodeRequest decode_request_for(const SessionOptions& o) {
+  DecodeRequest request;
+  request.page = o.image_page;
+  request.pdf_dpi = o.pdf_dpi;
+  const PreprocessorConfig cfg = apply_image_bounds(load_preprocessor_config(o.model_dir),
+                                                    {o.min_pixels, o.max_pixels, o.max_image_tokens});
+  request.target_max_pixels = cfg.max_pixels;
+  return request;
+}
+
+ImageLimits image_limits_for(const SessionOptions& o) {
+  ImageLimits limits;
+  limits.max_pixels = o.max_image_pixels;
+  return limits;
 }
 
 static std::atomic<bool> g_interrupted{false};
@@ -191,6 +215,33 @@ void check_prompt_length(const std::vector<Message>& messages, int64_t max_conte
     throw Error(fmt::format("the text is {} bytes, at least {} tokens: more than the context limit of {} tokens "
                             "(--max-context); shorten it",
                             bytes, at_least, max_context));
+}
+
+std::string image_tokens_note(const Answer& a, const ModelConfig& cfg) {
+  if (a.grids.empty()) return "";
+  std::vector<int64_t> tokens;
+  for (const ImageGrid& g : a.grids) tokens.push_back(g.tokens(cfg.vision.spatial_merge_size));
+  if (tokens.size() == 1) return fmt::format(" ({} image tokens)", tokens[0]);
+  return fmt::format(" ({} images: {} image tokens)", tokens.size(), fmt::join(tokens, " + "));
+}
+
+std::vector<uint8_t> read_stdin_image(int64_t max_bytes) {
+  std::vector<uint8_t> bytes;
+  uint8_t buffer[1 << 16];
+  for (;;) {
+    const size_t n = std::fread(buffer, 1, sizeof buffer, stdin);
+    if (n > 0) {
+      if (int64_t(bytes.size() + n) > max_bytes)
+        throw Error(fmt::format("stdin: more than {} bytes, over the image file limit", max_bytes));
+      bytes.insert(bytes.end(), buffer, buffer + n);
+    }
+    if (n < sizeof buffer) {
+      if (std::ferror(stdin)) throw Error(fmt::format("stdin: read failed: {}", std::strerror(errno)));
+      break;
+    }
+  }
+  if (bytes.empty()) throw Error("stdin: no image bytes (--image - reads the image from stdin)");
+  return bytes;
 }
 
 std::string read_stdin() {

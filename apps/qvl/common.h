@@ -1,8 +1,10 @@
 // Pieces shared by the subcommands that run the model.
 #pragma once
 #include <atomic>
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "commands.h"
 #include "qvl/generate/sampler.h"
@@ -22,6 +24,10 @@ void add_sampling_options(CLI::App* cmd, SamplingFlags& flags);
 SamplingOptions make_sampling(const SamplingFlags& flags, const GenerationConfig& defaults);
 
 SessionOptions make_session_options(const ModelOptions& opts);
+// How a Session made with these options will decode images (Session::
+// decode_request(), image_limits()), for checking an image before it loads.
+DecodeRequest decode_request_for(const SessionOptions& options);
+ImageLimits image_limits_for(const SessionOptions& options);
 
 // Ctrl-C handling: the first SIGINT asks the current generation to stop; a
 // second one ends the program the usual way. With interrupt_blocking_reads a
@@ -36,7 +42,13 @@ void clear_interrupt();
 // max_context tokens.
 void check_prompt_length(const std::vector<Message>& messages, int64_t max_context);
 
+// For -v lines: " (N image tokens)", " (2 images: N + M image tokens)"; "" without images.
+std::string image_tokens_note(const Answer& a, const ModelConfig& cfg);
+
 // Reads all of stdin (for "-" arguments).
 std::string read_stdin();
+// `--image -`: the image file's bytes from stdin; throws qvl::Error when it is
+// empty or larger than max_bytes (ImageLimits::max_file_bytes).
+std::vector<uint8_t> read_stdin_image(int64_t max_bytes);
 
 }  // namespace qvl::app

@@ -47,8 +47,41 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
       ->check(integer_in(1, int64_t(1) << 28));
   cmd->add_option("--max-side", o.max_side, "Shortcut: largest resized area is max-side squared")
       ->check(integer_in(1, 16384));
+  cmd->add_option("--max-image-tokens", o.max_image_tokens,
+                  fmt::format("Resize each image to at most N image tokens of 32x32 pixels (default: {}, unless "
+                              "--max-pixels or --max-side is given; the tightest bound wins)",
+                              o.default_image_tokens))
+      ->check(integer_in(1, int64_t(1) << 18));
+  cmd->add_option("--max-image-pixels", o.max_image_pixels,
+                  "Refuse an image that decodes to more pixels than this (big JPEGs first decode at 1/2, 1/4 or 1/8 "
+                  "scale toward the resized size)")
+      ->check(integer_in(1, int64_t(1) << 36))
+      ->capture_default_str();
   cmd->add_flag("-q,--quiet", o.quiet, "Print only results");
   cmd->add_flag("-v,--verbose", o.verbose, "Print timings and counters on stderr");
+}
+
+void add_page_options(CLI::App* cmd, int* page, int* dpi) {
+  if (page)
+    cmd->add_option("--page", *page, "Page of a PDF or multi-page TIFF to read (1-based)")
+        ->check(integer_in(1, 1'000'000))
+        ->capture_default_str();
+  cmd->add_option("--dpi", *dpi, fmt::format("Resolution PDF pages are rendered at (default {})", kDefaultPdfDpi))
+      ->check(integer_in(10, 1200));
+}
+
+ImageBounds image_bounds(const ModelOptions& o) {
+  ImageBounds b{o.min_pixels, o.max_pixels, o.max_image_tokens};
+  if (o.max_side > 0 && (b.max_pixels == 0 || o.max_side * o.max_side < b.max_pixels))
+    b.max_pixels = o.max_side * o.max_side;
+  // The default budget stands in only when no upper bound was given.
+  if (b.max_image_tokens == 0 && o.max_pixels == 0 && o.max_side == 0) b.max_image_tokens = o.default_image_tokens;
+  return b;
+}
+
+CLI::Validator existing_file_or_stdin() {
+  return CLI::Validator(
+      [](std::string& path) -> std::string { return path == "-" ? "" : CLI::ExistingFile(path); }, "FILE or -");
 }
 
 static bool is_dir(const std::string& p) {

@@ -21,8 +21,9 @@ expect_error() {
 run image-info --model "$MODEL" --image "$DATA/images/photo.jpg"
 check "image-info exits 0" '[ "$status" = 0 ] || dump "$TMP/err"'
 check "... original size 320x240" 'grep -q "^original *320x240$" "$TMP/out" || dump "$TMP/out"'
-check "... resized to 320x256 within the config's pixel limits" \
-  'grep -q "^resized *320x256 (min_pixels 65536, max_pixels 16777216" "$TMP/out" || dump "$TMP/out"'
+check "... resized to 320x256: within the config's min_pixels and the default budget of 1024 tokens" \
+  'grep -q "^resized *320x256 (min_pixels 65536, max_pixels 1048576" "$TMP/out" || dump "$TMP/out"'
+check "... which it is within" 'grep -q "^budget *at most 1024 image tokens .*: the image is within it$" "$TMP/out" || dump "$TMP/out"'
 check "... grid 1x16x20: 320 patches of 1536 values" \
   'grep -q "^grid *t=1 h=16 w=20: 320 patches of 1536 values$" "$TMP/out" || dump "$TMP/out"'
 check "... 80 image tokens" 'grep -q "^tokens *80 image tokens" "$TMP/out" || dump "$TMP/out"'

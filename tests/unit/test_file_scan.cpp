@@ -49,7 +49,9 @@ TEST_CASE("file_scan: image extensions in any case") {
   CHECK(has_image_extension("scan.Jpeg"));
   CHECK(has_image_extension("x.tar.jpg"));
   CHECK_FALSE(has_image_extension("png"));
-  CHECK_FALSE(has_image_extension("a.gif"));
+  for (const char* name : {"a.gif", "scan.TIF", "b.tiff", "c.webp", "d.bmp", "e.Pdf"}) CHECK(has_image_extension(name));
+  CHECK_FALSE(has_image_extension("a.heic"));
+  CHECK_FALSE(has_image_extension("a.pdf.txt"));
   CHECK_FALSE(has_image_extension("a.png.txt"));
   CHECK(scan_takes("page-01.tif", {false, "page-*"}));
   CHECK_FALSE(scan_takes("a.png", {false, "*.jpg"}));  // a glob replaces the extension filter

@@ -77,7 +77,9 @@ class DirectoryWalker {
 
 bool has_image_extension(const std::string& file_name) {
   const std::string lower = lowercase(file_name);
-  return ends_with(lower, ".png") || ends_with(lower, ".jpg") || ends_with(lower, ".jpeg");
+  for (const char* ext : {".png", ".jpg", ".jpeg", ".webp", ".tif", ".tiff", ".bmp", ".gif", ".pdf"})
+    if (ends_with(lower, ext)) return true;
+  return false;
 }
 
 bool scan_takes(const std::string& file_name, const ScanOptions& options) {

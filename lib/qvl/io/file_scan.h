@@ -17,7 +17,7 @@ struct ScannedFile {
   std::string error;  // non-empty when `path` is a directory that could not be listed
 };
 
-// .png, .jpg or .jpeg in any case.
+// .png, .jpg, .jpeg, .webp, .tif, .tiff, .bmp, .gif or .pdf, in any case.
 bool has_image_extension(const std::string& file_name);
 // Whether a directory scan takes a file of this name.
 bool scan_takes(const std::string& file_name, const ScanOptions& options);

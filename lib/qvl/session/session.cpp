@@ -6,6 +6,7 @@
 #include <ATen/Parallel.h>
 
 #include <dlfcn.h>
+#include <fmt/core.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include "qvl/decoder/decoder.h"
 #include "qvl/error.h"
 #include "qvl/image/decode.h"
+#include "qvl/image/image_budget.h"
 #include "qvl/image/preprocess.h"
 #include "qvl/io/cache_dir.h"
 #include "qvl/io/safetensors.h"
@@ -135,11 +137,7 @@ Session::Impl::Impl(const SessionOptions& o, Clock::time_point t0)
       dtype(parse_compute_dtype(o.dtype)),
       decoder(checkpoint, config.text, decoder_options(o, checkpoint, dtype)),
       feature_cache(o.feature_cache_mb << 20) {
-  if (o.min_pixels > 0) preprocessor.min_pixels = o.min_pixels;
-  if (o.max_pixels > 0) preprocessor.max_pixels = o.max_pixels;
-  if (preprocessor.min_pixels > preprocessor.max_pixels)
-    throw Error("--min-pixels (" + std::to_string(preprocessor.min_pixels) + ") exceeds --max-pixels (" +
-                std::to_string(preprocessor.max_pixels) + ")");
+  preprocessor = apply_image_bounds(preprocessor, {o.min_pixels, o.max_pixels, o.max_image_tokens});
   stats.max_context = o.max_context;
   load_s = seconds_since(t0);
 }
@@ -190,20 +188,100 @@ SessionStats Session::stats() const {
 
 const PreprocessorConfig& Session::preprocessor_config() const { return impl_->preprocessor; }
 
-Answer Session::ask(const std::vector<Message>& turn, const SamplingOptions& sampling, const TextCallback& on_text) {
-  // 1. Images: decode and preprocess (rejecting bad files before any model work).
-  const auto t_image = Clock::now();
-  std::vector<PatchifiedImage> images;
-  std::vector<std::pair<int64_t, int64_t>> sizes;
-  std::vector<ImageGrid> planned;
+DecodeRequest Session::Impl::decode_request() const {
+  DecodeRequest request;
+  request.page = options.image_page;
+  request.target_max_pixels = preprocessor.max_pixels;  // the resize that follows goes at least this far
+  request.pdf_dpi = options.pdf_dpi;
+  return request;
+}
+
+ImageLimits Session::Impl::image_limits() const {
   ImageLimits limits;
-  limits.max_pixels = impl_->options.max_image_pixels;
+  limits.max_pixels = options.max_image_pixels;
+  return limits;
+}
+
+DecodeRequest Session::decode_request() const { return impl_->decode_request(); }
+ImageLimits Session::image_limits() const { return impl_->image_limits(); }
+
+void Session::provide_image(const std::string& name, std::vector<uint8_t> bytes) {
+  impl_->provided_images[name] = std::make_shared<const std::vector<uint8_t>>(std::move(bytes));
+}
+
+RgbImage Session::Impl::decode_image_part(const std::string& path) const {
+  const ImageLimits limits = image_limits();
+  const DecodeRequest request = decode_request();
+  auto provided = provided_images.find(path);
+  if (provided != provided_images.end())
+    return decode_image(provided->second->data(), provided->second->size(), path == "-" ? "stdin" : path, limits,
+                        request);
+  return decode_image_file(path, limits, request);
+}
+
+int64_t Session::Impl::text_tokens(const std::vector<Message>& turn) {
+  // Image pads are special tokens: the text around them tokenizes the same whatever their count.
+  const size_t n_images = image_paths(turn).size();
+  const std::string prefix = assistant_turn_open ? "<|im_end|>\n" : "";
+  const std::string prompt = expand_image_pads(prefix + render_chat(turn), std::vector<int64_t>(n_images, 1));
+  return int64_t(pending.size() + tokenizer.encode(prompt).size() - n_images);
+}
+
+PreprocessorConfig Session::Impl::fit_to_context(const std::vector<Message>& turn,
+                                                 const std::vector<std::pair<int64_t, int64_t>>& sizes,
+                                                 int64_t max_new_tokens) {
+  if (sizes.empty()) return preprocessor;
+  int64_t wanted = 0;
+  for (const auto& [width, height] : sizes) wanted += image_tokens_for(height, width, preprocessor);
+  const int64_t room = options.max_context - decoder.cached();
+  const int64_t text = text_tokens(turn);
+  const int64_t available = room - 1 - text;  // the prompt plus the first generated token must fit
+  if (wanted <= available) return preprocessor;
+  // Shrunk anyway: leave the answer some room too, if the smallest size allows.
+  const int64_t answer_room = std::min<int64_t>(max_new_tokens, 256);
+  std::optional<int64_t> max_pixels = max_pixels_to_fit(sizes, preprocessor, available - answer_room);
+  if (!max_pixels) max_pixels = max_pixels_to_fit(sizes, preprocessor, available);
+  const std::string images = sizes.size() == 1 ? "the image" : fmt::format("the {} images", sizes.size());
+  if (!max_pixels) {
+    PreprocessorConfig smallest = preprocessor;
+    smallest.max_pixels = smallest.min_pixels;
+    int64_t least = 0;
+    for (const auto& [width, height] : sizes) least += image_tokens_for(height, width, smallest);
+    throw ContextFull(fmt::format("the prompt needs {} tokens even with {} at the smallest size (min_pixels {}), "
+                                  "but only {} of the context limit ({}) are left; raise --max-context{}",
+                                  text + least, images, preprocessor.min_pixels, room, options.max_context,
+                                  decoder.cached() > 0 ? " or start a new conversation" : ""));
+  }
+  PreprocessorConfig fitted = preprocessor;
+  fitted.max_pixels = *max_pixels;
+  if (options.on_note) {
+    int64_t got = 0;
+    for (const auto& [width, height] : sizes) got += image_tokens_for(height, width, fitted);
+    const int64_t ppt = pixels_per_image_token(fitted);
+    options.on_note(fmt::format("{} need {} image tokens, but only {} of --max-context {} are left after the text: "
+                                "shrunk to {} image tokens (at most {} each)",
+                                images, wanted, available, options.max_context, got, fitted.max_pixels / ppt));
+  }
+  return fitted;
+}
+
+Answer Session::ask(const std::vector<Message>& turn, const SamplingOptions& sampling, const TextCallback& on_text) {
+  // 1. Images: decode, fit to the context, preprocess (rejecting bad files before any model work).
+  const auto t_image = Clock::now();
+  std::vector<RgbImage> decoded;
+  std::vector<std::pair<int64_t, int64_t>> sizes;
   for (const std::string& path : image_paths(turn)) {
-    RgbImage rgb = decode_image_file(path, limits);
-    sizes.emplace_back(rgb.width, rgb.height);
-    planned.push_back(image_grid_for(rgb.height, rgb.width, impl_->preprocessor));
-    impl_->budget.check_images(planned);  // before the pixels are resized and cut into patches
-    images.push_back(preprocess_image(rgb, impl_->preprocessor));
+    decoded.push_back(impl_->decode_image_part(path));
+    sizes.emplace_back(decoded.back().width, decoded.back().height);
+  }
+  const PreprocessorConfig fitted = impl_->fit_to_context(turn, sizes, sampling.max_new_tokens);
+  std::vector<ImageGrid> planned;
+  for (const auto& [width, height] : sizes) planned.push_back(image_grid_for(height, width, fitted));
+  impl_->budget.check_images(planned);  // before the pixels are resized and cut into patches
+  std::vector<PatchifiedImage> images;
+  for (RgbImage& rgb : decoded) {
+    images.push_back(preprocess_image(rgb, fitted));
+    rgb = RgbImage();
   }
   const double image_s = seconds_since(t_image);
   Answer answer = ask(turn, images, sampling, on_text);

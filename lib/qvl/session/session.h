@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "qvl/generate/sampler.h"
+#include "qvl/image/decode.h"
 #include "qvl/image/preprocess.h"
 #include "qvl/model/config.h"
 #include "qvl/model/grid.h"
@@ -28,6 +29,9 @@ struct SessionOptions {
   int threads = 0;             // 0: leave libtorch's default (all cores)
   int64_t min_pixels = 0;      // 0: preprocessor_config.json
   int64_t max_pixels = 0;
+  int64_t max_image_tokens = 0;  // > 0: images resized to at most this many tokens (image/image_budget.h)
+  int image_page = 1;            // the page of a PDF or multi-page TIFF image part that is read
+  int pdf_dpi = 0;               // 0: kDefaultPdfDpi
   int64_t max_image_pixels = 50'000'000;  // refuse larger decoded images
   std::string quant = "none";  // none | int8 (decoder projections as int8, made once and cached)
   std::string cache_dir;       // TorchScript module and int8 weight cache; "" = $QVL_CACHE_DIR, else default
@@ -119,8 +123,18 @@ class Session {
   SessionStats stats() const;
   const ModelConfig& config() const;
   const GenerationConfig& generation_config() const;
-  // preprocessor_config.json with SessionOptions::min_pixels/max_pixels applied.
+  // preprocessor_config.json with SessionOptions::min_pixels/max_pixels/
+  // max_image_tokens applied (a turn whose images do not fit the context gets
+  // a smaller max_pixels for that turn only).
   const PreprocessorConfig& preprocessor_config() const;
+  // How this session decodes an image part: its page and PDF resolution, and
+  // the preprocessor's max_pixels as the target (JPEG DCT scaling); and the
+  // decoded-pixel limit. For callers that decode images themselves.
+  DecodeRequest decode_request() const;
+  ImageLimits image_limits() const;
+  // Image parts named `name` (e.g. "-" for `--image -`) are decoded from these
+  // bytes instead of being read from a file.
+  void provide_image(const std::string& name, std::vector<uint8_t> bytes);
   double load_seconds() const;
   // Loads the vision encoder now instead of at the first image (for benchmarks).
   void warm_vision();

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -113,6 +114,7 @@ struct Session::Impl {
   int64_t next_position = 0;
   SessionStats stats;
   FeatureCache feature_cache;  // vision features of recent images
+  std::map<std::string, std::shared_ptr<const std::vector<uint8_t>>> provided_images;  // by image part name
 
   Impl(const SessionOptions& o, Clock::time_point t0);
 
@@ -126,6 +128,19 @@ struct Session::Impl {
                            const std::optional<VisionFeatures>& features, int64_t first_position);
 
   VisionEncoder& vision_encoder();  // built at the first call
+
+  DecodeRequest decode_request() const;
+  ImageLimits image_limits() const;
+  // An image part of a turn, decoded as decode_request() says.
+  RgbImage decode_image_part(const std::string& path) const;
+  // The preprocessor for a turn's images (sizes as (width, height)): the
+  // session's, or one with a smaller max_pixels when they would not fit the
+  // context otherwise (said through on_note). Throws ContextFull when even
+  // the smallest size does not fit.
+  PreprocessorConfig fit_to_context(const std::vector<Message>& turn,
+                                    const std::vector<std::pair<int64_t, int64_t>>& sizes, int64_t max_new_tokens);
+  // Tokens of a turn's prompt besides its image tokens.
+  int64_t text_tokens(const std::vector<Message>& turn);
 };
 
 }  // namespace qvl
