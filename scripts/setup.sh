@@ -11,6 +11,8 @@ PACKAGES=(
   libpng-dev libturbojpeg0-dev libjpeg62-turbo-dev
   libwebp-dev libtiff-dev libgif-dev libpoppler-cpp-dev
   libutf8proc-dev libssl-dev libedit-dev
+  # Only for tests: the Slurm and GNU Parallel tests of `qvl ocr --shard` (they skip without them).
+  parallel munge slurmctld slurmd slurm-client
 )
 
 missing=()

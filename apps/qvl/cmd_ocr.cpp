@@ -31,6 +31,7 @@
 
 #include "commands.h"
 #include "common.h"
+#include "ocr_merge.h"
 #include "qvl/error.h"
 #include "qvl/image/decode.h"
 #include "qvl/image/image_budget.h"
@@ -38,6 +39,7 @@
 #include "qvl/io/file_scan.h"
 #include "qvl/io/mapped_file.h"
 #include "qvl/io/sha256.h"
+#include "qvl/io/shard.h"
 
 namespace qvl::app {
 namespace {
@@ -64,6 +66,8 @@ struct OcrFlags {
   bool recursive = false;
   int64_t batch = 1;
   std::string glob;
+  std::string shard;               // --shard K/N | slurm | slurm/N ("": all files)
+  std::vector<std::string> merge;  // --merge: shard outputs to join instead of running the model
   std::vector<std::string> inputs;
 };
 
@@ -820,6 +824,7 @@ int run_ocr(const OcrFlags& f) {
   // come first (stdin for "-"): until they are read, Ctrl-C and SIGTERM end
   // qvl the default way; from then on they finish the files started.
   std::vector<ScannedFile> files = collect_inputs(f);
+  if (!f.merge.empty()) return run_ocr_merge({f.merge, f.output, f.force, f.model.quiet}, files);
   install_interrupt_handler();
   std::signal(SIGTERM, on_sigterm);
   OutputFile out;
@@ -832,6 +837,14 @@ int run_ocr(const OcrFlags& f) {
   SessionOptions session_options = make_session_options(f.model);
   check_prompt_length(ocr_turn(f, ""), f.model.max_context);
   files = unique_inputs(std::move(files), out, f.model.quiet);
+  const size_t listed = files.size();
+  if (!f.shard.empty()) {
+    const ShardSpec spec = parse_shard_spec(f.shard);
+    files = files_in_shard(std::move(files), spec);
+    if (!f.model.quiet)
+      fmt::print(stderr, "qvl ocr: shard {}/{}: {} of the {} files\n", spec.index, spec.count, files.size(), listed);
+    if (files.empty()) return kOk;
+  }
   if (files.empty()) {
     if (!f.model.quiet)
       fmt::print(stderr, "qvl ocr: no image files found in {} (folders give their files named {}{})\n",
@@ -911,6 +924,28 @@ void register_ocr(CLI::App& app, int& exit_code) {
   cmd->add_option("--glob", f->glob,
                   "Folder scans take files whose name matches this fnmatch pattern instead of the image extensions "
                   "(png, jpg, jpeg, webp, tif, tiff, bmp, gif, pdf)");
+  CLI::Option* shard = cmd->add_option(
+      "--shard", f->shard,
+      "Handle only shard K of N (K from 0): a file's shard is a hash of its path relative to the folder "
+      "argument, so files added later never move; 'slurm' reads SLURM_ARRAY_TASK_ID and "
+      "SLURM_ARRAY_TASK_COUNT, 'slurm/N' only the former");
+  shard->check(CLI::Validator(
+      [](std::string& text) {
+        try {
+          parse_shard_spec(text);
+          return std::string();
+        } catch (const std::exception& e) {
+          return std::string(e.what());
+        }
+      },
+      "K/N|slurm|slurm/N", ""));
+  CLI::Option* merge = cmd->add_option(
+      "--merge", f->merge,
+      "Join these outputs of --shard runs into --output (or stdout) as one run over PATHS would have written "
+      "it, checking that every input has its records exactly once; give the same PATHS, --recursive and "
+      "--glob as the shard runs (other flags are ignored), before --merge or after --");
+  merge->excludes(shard);
+  merge->excludes(resume);
   cmd->add_option("paths", f->inputs, "Images, folders, or - to read newline-separated paths from stdin")
       ->required();
   cmd->callback([f, &exit_code] { exit_code = run_ocr(*f); });

@@ -29,7 +29,9 @@ std::string join_path(const std::string& dir, const std::string& name) {
 
 class DirectoryWalker {
  public:
-  DirectoryWalker(const ScanOptions& options, std::vector<ScannedFile>& out) : options_(options), out_(out) {}
+  // `root` is the folder argument: paths below it get their `relative` from it.
+  DirectoryWalker(const ScanOptions& options, const std::string& root, std::vector<ScannedFile>& out)
+      : options_(options), root_prefix_(ends_with(root, "/") ? root.size() : root.size() + 1), out_(out) {}
 
   void walk(const std::string& dir, const struct stat& dir_stat) {
     // Identified by device and inode, so a loop of symbolic links ends here.
@@ -42,22 +44,26 @@ class DirectoryWalker {
       struct stat st {};
       if (::stat(path.c_str(), &st) != 0) {
         // A dangling link or a file that vanished: let the caller report it if it wanted it.
-        if (scan_takes(name, options_)) out_.push_back({path, ""});
+        if (scan_takes(name, options_)) take(path);
         continue;
       }
       if (S_ISDIR(st.st_mode)) {
         if (options_.recursive) walk(path, st);
       } else if (scan_takes(name, options_)) {
-        out_.push_back({path, ""});
+        take(path);
       }
     }
   }
 
  private:
+  // Every path below the root starts with the root and one '/' (join_path).
+  void take(const std::string& path) { out_.push_back({path, "", path.substr(root_prefix_)}); }
+
   bool list(const std::string& dir, std::vector<std::string>& names) {
     DIR* d = ::opendir(dir.c_str());
     if (!d) {
-      out_.push_back({dir, dir + ": cannot list directory: " + std::strerror(errno)});
+      const std::string relative = dir.size() > root_prefix_ ? dir.substr(root_prefix_) : dir;
+      out_.push_back({dir, dir + ": cannot list directory: " + std::strerror(errno), relative});
       return false;
     }
     while (const dirent* entry = ::readdir(d)) {
@@ -69,6 +75,7 @@ class DirectoryWalker {
   }
 
   const ScanOptions& options_;
+  size_t root_prefix_;
   std::vector<ScannedFile>& out_;
   std::set<std::pair<dev_t, ino_t>> visited_;
 };
@@ -94,9 +101,9 @@ std::vector<ScannedFile> expand_inputs(const std::vector<std::string>& inputs, c
     struct stat st {};
     if (::stat(input.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
       // A fresh walker per input: a folder named twice is scanned twice, as asked.
-      DirectoryWalker(options, files).walk(input, st);
+      DirectoryWalker(options, input, files).walk(input, st);
     } else {
-      files.push_back({input, ""});
+      files.push_back({input, "", input});
     }
   }
   return files;

@@ -15,6 +15,11 @@ struct ScanOptions {
 struct ScannedFile {
   std::string path;
   std::string error;  // non-empty when `path` is a directory that could not be listed
+  // `path` relative to the folder argument it was found under ("sub/a.png" for
+  // "archive/sub/a.png" found in "archive/"); an argument that is not a folder
+  // is its own `relative`. What `qvl ocr --shard` hashes, so that the split does
+  // not depend on where the archive is mounted.
+  std::string relative;
 };
 
 // .png, .jpg, .jpeg, .webp, .tif, .tiff, .bmp, .gif or .pdf, in any case.

@@ -1,0 +1,95 @@
+#include "qvl/io/ocr_merge.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+namespace qvl {
+namespace {
+
+struct FileRecords {
+  size_t source = 0;
+  std::vector<size_t> records;  // in the order the shard output holds them
+};
+
+// The current records of one file: those with the sha256 of its last record,
+// the last one for each page, in page order.
+std::vector<size_t> current_records(const FileRecords& f, const std::vector<ShardRecord>& all, size_t& superseded) {
+  const std::string& current_sha = all[f.records.back()].sha256;
+  std::map<int64_t, size_t> by_page;
+  for (size_t i : f.records)
+    if (all[i].sha256 == current_sha) by_page[all[i].page] = i;  // a later record of a page wins
+  superseded += f.records.size() - by_page.size();
+  std::vector<size_t> kept;
+  for (const auto& [page, i] : by_page) kept.push_back(i);
+  return kept;
+}
+
+// Pages 1..n, or none at all (a record without "page" sorts first and is not a page).
+bool pages_have_gaps(const std::vector<size_t>& kept, const std::vector<ShardRecord>& all, std::string& described) {
+  std::vector<int64_t> pages;
+  for (size_t i : kept)
+    if (all[i].page > 0) pages.push_back(all[i].page);
+  bool gap = false;
+  for (size_t j = 0; j < pages.size(); ++j) gap = gap || pages[j] != int64_t(j) + 1;
+  if (!gap) return false;
+  described = all[kept.front()].file + ": pages";
+  for (size_t j = 0; j < pages.size(); ++j) described += (j ? ", " : " ") + std::to_string(pages[j]);
+  return true;
+}
+
+}  // namespace
+
+MergePlan plan_merge(const std::vector<std::string>& inputs, const std::vector<ShardRecord>& records) {
+  MergePlan plan;
+  // Each file's records, from the first shard output that has it.
+  std::unordered_map<std::string, FileRecords> by_file;
+  std::vector<std::string> file_order;  // first appearance, for reporting unexpected files in a stable order
+  std::set<std::string> told_overlap;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const ShardRecord& r = records[i];
+    auto [it, inserted] = by_file.try_emplace(r.file);
+    if (inserted) {
+      it->second.source = r.source;
+      file_order.push_back(r.file);
+    } else if (it->second.source != r.source) {
+      if (told_overlap.insert(r.file).second) plan.overlapping.push_back({r.file, it->second.source, r.source});
+      continue;
+    }
+    it->second.records.push_back(i);
+  }
+
+  std::set<std::string> used;
+  for (const std::string& input : inputs) {
+    auto it = by_file.find(input);
+    if (it == by_file.end()) {
+      plan.missing.push_back(input);
+      continue;
+    }
+    if (!used.insert(input).second) continue;  // the caller's list should hold each path once
+    const std::vector<size_t> kept = current_records(it->second, records, plan.superseded);
+    std::string described;
+    if (pages_have_gaps(kept, records, described)) plan.page_gaps.push_back(described);
+    for (size_t i : kept) plan.order.push_back({i, false, ""});
+  }
+  for (const std::string& file : file_order)
+    if (!used.count(file)) plan.unexpected.push_back(file);
+
+  // "duplicate_of" as one run over everything would have set it.
+  std::map<std::pair<std::string, int64_t>, std::string> first_with;  // (sha256, page) -> file
+  for (MergePlan::Entry& e : plan.order) {
+    const ShardRecord& r = records[e.record];
+    if (r.is_error || r.sha256.empty()) continue;
+    auto [it, first] = first_with.try_emplace({r.sha256, r.page}, r.file);
+    const std::string want = first ? "" : it->second;
+    if (want != r.duplicate_of) {
+      e.rewrite = true;
+      e.duplicate_of = want;
+      plan.duplicates_set += 1;
+    }
+  }
+  return plan;
+}
+
+}  // namespace qvl
