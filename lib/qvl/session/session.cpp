@@ -166,23 +166,19 @@ const GenerationConfig& Session::generation_config() const { return impl_->gener
 double Session::load_seconds() const { return impl_->load_s; }
 void Session::warm_vision() { impl_->vision_encoder(); }
 
-std::vector<int32_t> Session::tokenize(const std::string& text) const {
-  auto ids = impl_->tokenizer.encode(text);
-  return std::vector<int32_t>(ids.begin(), ids.end());
-}
-
 void Session::reset() {
   impl_->decoder.reset();
-  impl_->context.clear();
+  impl_->conversation = {};
   impl_->pending.clear();
   impl_->assistant_turn_open = false;
-  impl_->next_position = 0;
   impl_->stats.turns = 0;
 }
 
 SessionStats Session::stats() const {
   SessionStats s = impl_->stats;
   s.cached_tokens = impl_->decoder.cached();
+  s.decoded_tokens = impl_->generation_stats.decoded_tokens;
+  s.decode_s = impl_->generation_stats.decode_s;
   s.peak_rss_mb = peak_rss_mb();
   return s;
 }
@@ -329,41 +325,17 @@ Answer Session::ask(const std::vector<Message>& turn, const std::vector<Patchifi
                       ") are left; raise --max-context, " + (images.empty() ? "" : "lower --max-pixels, ") +
                       "or start a new conversation");
 
-  const auto t_vision = Clock::now();
-  const std::optional<VisionFeatures> features = s.image_features(images);
-  if (features) answer.timings.vision_s = seconds_since(t_vision);
-
-  const auto t_prefill = Clock::now();
-  const PromptInput in = s.prompt_input(ids, answer.grids, features, s.next_position);
-  at::Tensor logits = s.decoder.forward(in.embeds, in.positions, in.deepstack_ptr());
-  s.next_position = in.next_position;
-  s.context.insert(s.context.end(), ids.begin(), ids.end());
+  std::unique_ptr<Reply> reply =
+      s.start_reply(0, s.conversation, ids, images, answer, sampling, t_start, on_text);
   s.pending.clear();
-  answer.timings.prefill_s = seconds_since(t_prefill);
 
-  // Generate: sample, stream, feed back.
-  Reply reply(sampling, s.tokenizer, answer);
-  const auto t_decode = Clock::now();
-  while (int64_t(answer.tokens.size()) < sampling.max_new_tokens) {
-    if (answer.tokens.empty() && s.options.keep_first_logits) {
-      at::Tensor l = logits.to(at::kFloat).contiguous();
-      answer.first_logits.assign(l.data_ptr<float>(), l.data_ptr<float>() + l.numel());
-    }
-    const std::optional<int32_t> token =
-        reply.next(logits, s.context, s.options.max_context - s.decoder.cached(), on_text);
-    if (answer.timings.ttft_s == 0) answer.timings.ttft_s = seconds_since(t_start);
-    if (!token) break;
-    logits = s.decoder.forward(s.decoder.embed({*token}), at::full({3, 1}, s.next_position, at::kLong));
-    s.next_position += 1;
-    s.context.push_back(*token);
-    s.stats.decoded_tokens += 1;
-  }
-  // A token sampled but not fed is fed with the next turn, so the cache stays whole.
-  if (reply.last_unfed()) s.pending.push_back(*reply.last_unfed());
-  reply.finish(on_text);
-  answer.timings.decode_s = seconds_since(t_decode);
-  s.stats.decode_s += answer.timings.decode_s;
-  if (answer.timings.ttft_s == 0) answer.timings.ttft_s = seconds_since(t_start);
+  std::vector<std::unique_ptr<Reply>> running;
+  running.push_back(std::move(reply));
+  s.generate(std::move(running), {}, [&](std::unique_ptr<Reply> done) {
+    // A token sampled but not fed is fed with the next turn, so the cache stays whole.
+    if (done->last_unfed()) s.pending.push_back(*done->last_unfed());
+    take_reply(*done, answer);
+  });
   s.assistant_turn_open = true;
   s.stats.turns += 1;
   return answer;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "qvl/generate/reply.h"  // TextCallback
 #include "qvl/generate/sampler.h"
 #include "qvl/image/preprocess.h"
 #include "qvl/model/config.h"
@@ -72,9 +73,6 @@ struct SessionStats {
   double decode_s = 0;
 };
 
-// Return false to stop generation (Ctrl-C, a consumer that has enough).
-using TextCallback = std::function<bool(const std::string& piece)>;
-
 // One independent question for Session::ask_batch: a conversation of one turn.
 struct BatchRequest {
   uint64_t tag = 0;                     // handed back with the result
@@ -124,8 +122,6 @@ class Session {
   double load_seconds() const;
   // Loads the vision encoder now instead of at the first image (for benchmarks).
   void warm_vision();
-  // Tokenizer access for front ends (e.g. counting tokens).
-  std::vector<int32_t> tokenize(const std::string& text) const;
 
  private:
   struct Impl;
