@@ -152,9 +152,9 @@ SamplingOptions make_sampling(const SamplingFlags& f, const GenerationConfig& de
 SessionOptions make_session_options(const ModelOptions& o) {
   SessionOptions s;
   s.model_dir = resolve_model_dir(o);
-  s.dtype = o.dtype;
+  s.dtype = parse_compute_dtype(o.dtype);
   s.lazy = o.load != "eager";
-  s.quant = o.quant;
+  s.quant = parse_weight_quant(o.quant);
   if (!o.quiet) s.on_note = [](const std::string& note) { fmt::print(stderr, "qvl: {}\n", note); };
   s.max_context = o.max_context;
   s.max_memory_mb = o.max_memory_mb;

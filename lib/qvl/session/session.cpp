@@ -33,17 +33,7 @@
 namespace qvl {
 namespace {
 
-at::ScalarType parse_compute_dtype(const std::string& s) {
-  if (s == "bf16") return at::kBFloat16;
-  if (s == "f32") return at::kFloat;
-  throw Error("unknown dtype '" + s + "' (use bf16 or f32)");
-}
-
-WeightQuant parse_quant(const std::string& s) {
-  if (s == "none") return WeightQuant::None;
-  if (s == "int8") return WeightQuant::Int8;
-  throw Error("unknown weight quantization '" + s + "' (use none or int8)");
-}
+at::ScalarType scalar_type_of(ComputeDtype dtype) { return dtype == ComputeDtype::F32 ? at::kFloat : at::kBFloat16; }
 
 // In a bf16 session OpenBLAS runs the small float32 attention matmuls of a
 // prefill and, below the avx512 tier, the widened bf16 matmuls
@@ -68,7 +58,7 @@ VisionOptions cache_options(const SessionOptions& o, at::ScalarType dtype) {
 
 DecoderOptions decoder_options(const SessionOptions& o, const Checkpoint& ckpt, at::ScalarType dtype) {
   DecoderOptions d{dtype, o.lazy, o.max_context};
-  d.quant = parse_quant(o.quant);
+  d.quant = o.quant;
   if (d.quant != WeightQuant::None) {
     // Beside the vision module: one folder per model holds everything derived from it.
     d.quant_cache_dir = vision_cache_dir(o.model_dir, ckpt.fingerprint(), cache_options(o, dtype));
@@ -131,7 +121,7 @@ Session::Impl::Impl(const SessionOptions& o, Clock::time_point t0)
       tokenizer(Tokenizer::load_from_model_dir(o.model_dir)),
       checkpoint(open_checkpoint(o.model_dir, config)),
       budget(config, MemoryOptions{o.dtype, o.quant, o.max_context, o.threads}, o.max_memory_mb),
-      dtype(parse_compute_dtype(o.dtype)),
+      dtype(scalar_type_of(o.dtype)),
       decoder(checkpoint, config.text, decoder_options(o, checkpoint, dtype)),
       feature_cache(o.feature_cache_mb << 20) {
   if (o.min_pixels > 0) preprocessor.min_pixels = o.min_pixels;
@@ -155,7 +145,7 @@ Session::Session(const SessionOptions& options) {
   // libtorch's default is its guess at physical cores, which is 1 on some
   // VMs with 2 real cores; use every core this process may run on instead.
   at::set_num_threads(options.threads > 0 ? options.threads : usable_cores());
-  if (options.dtype == "bf16") use_one_openblas_thread();
+  if (options.dtype == ComputeDtype::BF16) use_one_openblas_thread();
   impl_ = std::make_unique<Impl>(options, t0);
 }
 

@@ -16,13 +16,14 @@
 #include "qvl/image/preprocess.h"
 #include "qvl/model/config.h"
 #include "qvl/model/grid.h"
+#include "qvl/model/precision.h"
 #include "qvl/text/chat.h"
 
 namespace qvl {
 
 struct SessionOptions {
   std::string model_dir;
-  std::string dtype = "bf16";  // bf16 | f32
+  ComputeDtype dtype = ComputeDtype::BF16;
   bool lazy = true;            // lazy: weights are touched when a layer first runs
   int64_t max_context = 4096;
   int64_t max_memory_mb = 0;   // refuse what would not fit; 0: MemAvailable at start
@@ -30,7 +31,7 @@ struct SessionOptions {
   int64_t min_pixels = 0;      // 0: preprocessor_config.json
   int64_t max_pixels = 0;
   int64_t max_image_pixels = 50'000'000;  // refuse larger decoded images
-  std::string quant = "none";  // none | int8 (decoder projections as int8, made once and cached)
+  WeightQuant quant = WeightQuant::None;  // Int8: decoder projections as int8, made once and cached
   std::string cache_dir;       // TorchScript module and int8 weight cache; "" = $QVL_CACHE_DIR, else default
   std::function<void(const std::string&)> on_note;  // one-line notes about one-time work (building caches)
   bool build_vision_if_missing = true;
