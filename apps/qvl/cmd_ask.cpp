@@ -75,6 +75,7 @@ int run_ask(const AskFlags& f) {
   for (const std::string& path : image_paths(messages)) require_regular_file(path);
   SessionOptions session_options = make_session_options(f.model);
   session_options.keep_first_logits = !f.dump_logits.empty();
+  configure_threads_for(session_options);
   Session session(session_options);
   SamplingOptions sampling = make_sampling(f.sampling, session.generation_config());
   install_interrupt_handler();

@@ -284,7 +284,9 @@ class ChatRepl {
 int run_chat(const ChatFlags& flags) {
   std::optional<CheckedImage> image;
   if (!flags.image.empty()) image = check_image(flags.image);  // fail before the model loads
-  Session session(make_session_options(flags.model));
+  const SessionOptions session_options = make_session_options(flags.model);
+  configure_threads_for(session_options);
+  Session session(session_options);
   install_interrupt_handler();
   ChatRepl repl(flags, session, std::move(image));
   repl.print_banner(session.load_seconds());

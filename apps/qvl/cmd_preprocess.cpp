@@ -3,7 +3,6 @@
 // and grid_thw) as safetensors; without --out, and as `image-info`, it prints
 // the sizes, the patch grid and what the image costs in prompt tokens.
 #include <fmt/core.h>
-#include <sys/stat.h>
 
 #include <cstdlib>
 #include <memory>
@@ -16,6 +15,7 @@
 #include "qvl/io/mapped_file.h"
 #include "qvl/io/safetensors.h"
 #include "qvl/model/config.h"
+#include "qvl/io/paths.h"
 
 namespace qvl::app {
 namespace {
@@ -28,11 +28,6 @@ struct PreprocessOptions {
   std::string out;
   bool force = false;
 };
-
-bool path_exists(const std::string& p) {
-  struct stat st {};
-  return ::stat(p.c_str(), &st) == 0;
-}
 
 // Only preprocessor_config.json is needed, so a missing default model folder is
 // not an error: the built-in values are the published Qwen3-VL ones. A folder

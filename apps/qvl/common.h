@@ -22,6 +22,9 @@ void add_sampling_options(CLI::App* cmd, SamplingFlags& flags);
 SamplingOptions make_sampling(const SamplingFlags& flags, const GenerationConfig& defaults);
 
 SessionOptions make_session_options(const ModelOptions& opts);
+// Sets the process's threads for a session with these options (session/threads.h):
+// every command that loads the model calls it once, before the Session.
+void configure_threads_for(const SessionOptions& options);
 
 // Ctrl-C handling: the first SIGINT asks the current generation to stop; a
 // second one ends the program the usual way. With interrupt_blocking_reads a

@@ -3,10 +3,7 @@
 #include "qvl/session/session.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 
-#include <dlfcn.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
@@ -14,7 +11,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
-#include <thread>
 
 #include "qvl/decoder/decoder.h"
 #include "qvl/error.h"
@@ -34,17 +30,6 @@ namespace qvl {
 namespace {
 
 at::ScalarType scalar_type_of(ComputeDtype dtype) { return dtype == ComputeDtype::F32 ? at::kFloat : at::kBFloat16; }
-
-// In a bf16 session OpenBLAS runs the small float32 attention matmuls of a
-// prefill and, below the avx512 tier, the widened bf16 matmuls
-// (kernels/linear.h), which split their work over the OpenMP threads
-// themselves. OpenBLAS's own threads would spin (sched_yield) beside those
-// OpenMP threads: one OpenBLAS thread made a 512-token prefill 1.4x faster
-// here. Looked up at run time: the system BLAS may not be OpenBLAS.
-void use_one_openblas_thread() {
-  using SetThreads = void (*)(int);
-  if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(1);
-}
 
 // The caches' folder: the option, else what vision_cache_dir() chooses
 // ($QVL_CACHE_DIR, beside the model, or ~/.cache/qvl).
@@ -95,13 +80,6 @@ double Answer::prefill_tokens_per_s() const {
   return timings.prefill_s > 0 ? double(prompt_tokens) / timings.prefill_s : 0.0;
 }
 
-int usable_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-  return std::max(1u, std::thread::hardware_concurrency());
-}
-
 int64_t peak_rss_mb() {
   FILE* f = std::fopen("/proc/self/status", "r");
   if (!f) return 0;
@@ -141,12 +119,7 @@ VisionEncoder& Session::Impl::vision_encoder() {
 }
 
 Session::Session(const SessionOptions& options) {
-  auto t0 = Clock::now();
-  // libtorch's default is its guess at physical cores, which is 1 on some
-  // VMs with 2 real cores; use every core this process may run on instead.
-  at::set_num_threads(options.threads > 0 ? options.threads : usable_cores());
-  if (options.dtype == ComputeDtype::BF16) use_one_openblas_thread();
-  impl_ = std::make_unique<Impl>(options, t0);
+  impl_ = std::make_unique<Impl>(options, Clock::now());
 }
 
 Session::~Session() = default;

@@ -27,7 +27,7 @@ struct SessionOptions {
   bool lazy = true;            // lazy: weights are touched when a layer first runs
   int64_t max_context = 4096;
   int64_t max_memory_mb = 0;   // refuse what would not fit; 0: MemAvailable at start
-  int threads = 0;             // 0: leave libtorch's default (all cores)
+  int threads = 0;             // for the memory estimate; configure_threads() (threads.h) sets them
   int64_t min_pixels = 0;      // 0: preprocessor_config.json
   int64_t max_pixels = 0;
   int64_t max_image_pixels = 50'000'000;  // refuse larger decoded images
@@ -128,9 +128,6 @@ class Session {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-// CPUs this process may run on (its affinity mask): the default thread count.
-int usable_cores();
 
 // Peak resident set size of this process so far, in MiB (from /proc).
 int64_t peak_rss_mb();
