@@ -30,4 +30,4 @@ fi
 BUILD_TYPE="${QVL_BUILD_TYPE:-Release}"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" >&2
 cmake --build build -j "$(nproc)" >&2
-echo "setup: built build/qvl" >&2
+echo "setup: built build/apps/qvl" >&2

@@ -86,6 +86,7 @@ int run_ask(const AskFlags& f) {
   }
   SessionOptions session_options = make_session_options(f.model);
   session_options.keep_first_logits = !f.dump_logits.empty();
+  configure_threads_for(session_options);
   Session session(session_options);
   if (!stdin_image.empty()) session.provide_image("-", std::move(stdin_image));
   SamplingOptions sampling = make_sampling(f.sampling, session.generation_config());

@@ -79,7 +79,8 @@ double seconds_between(int64_t start_ns, int64_t end_ns) { return double(end_ns 
 int run_bench_child(const RunFlags& f) {
   const std::vector<Message> turn = question(f.images, f.prompt);
   SessionOptions options = make_session_options(f.model);
-  options.quant = f.quant;
+  options.quant = parse_weight_quant(f.quant);
+  configure_threads_for(options);
   Session session(options);
   const int64_t ready_ns = monotonic_ns();
   // The vision module is loaded (or built, the first time) before the question,

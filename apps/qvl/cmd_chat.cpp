@@ -306,6 +306,7 @@ int run_chat(const ChatFlags& flags) {
   if (!flags.image.empty())
     image = check_image(flags.image, image_limits_for(options), decode_request_for(options),
                         flags.image == "-" ? &stdin_image : nullptr);
+  configure_threads_for(options);
   Session session(options);
   if (!stdin_image.empty()) session.provide_image("-", std::move(stdin_image));
   install_interrupt_handler();

@@ -854,6 +854,7 @@ int run_ocr(const OcrFlags& f) {
     return kOk;
   }
 
+  configure_threads_for(session_options);
   Session session(session_options);
   SamplingOptions sampling = make_sampling(f.sampling, session.generation_config());
   if (!f.sampling.temperature) sampling.greedy = true;  // OCR wants the most likely reading

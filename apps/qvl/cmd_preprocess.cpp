@@ -5,7 +5,6 @@
 // `image-info`, it prints the sizes, the budget, the patch grid and what the
 // image costs in prompt tokens.
 #include <fmt/core.h>
-#include <sys/stat.h>
 
 #include <cstdlib>
 #include <memory>
@@ -19,6 +18,7 @@
 #include "qvl/image/preprocess.h"
 #include "qvl/io/safetensors.h"
 #include "qvl/model/config.h"
+#include "qvl/io/paths.h"
 
 namespace qvl::app {
 namespace {
@@ -37,12 +37,7 @@ struct PreprocessOptions {
   bool force = false;
 };
 
-bool path_exists(const std::string& p) {
-  struct stat st {};
-  return ::stat(p.c_str(), &st) == 0;
-}
-
-// The bounds as `qvl ask` combines them (image_bounds in apps/qvl/main.cpp).
+// The bounds as `qvl ask` combines them (image_bounds in apps/qvl/common.cpp).
 ImageBounds bounds_of(const PreprocessOptions& o) {
   ModelOptions m;
   m.min_pixels = o.min_pixels;

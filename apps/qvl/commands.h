@@ -59,7 +59,6 @@ CLI::Validator unsigned_integer();                   // digits only: 0 .. 2^64-1
 // A finite number; lo/hi bound it, open or closed.
 CLI::Validator number_in(double lo, bool lo_open, double hi, bool hi_open);
 CLI::Validator thread_count();                       // 0 (every core) .. 4 x the usable cores
-int usable_cpu_count();                              // cores this process may run on
 // Resolves --model/$QVL_MODEL and checks the folder looks like a model; throws
 // qvl::Error with download instructions when it does not.
 std::string resolve_model_dir(const ModelOptions& opts);

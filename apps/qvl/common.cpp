@@ -4,7 +4,6 @@
 #include <fmt/ranges.h>
 #include <signal.h>
 
-#include <sched.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -16,11 +15,12 @@
 #include <iostream>
 #include <iterator>
 #include <limits>
-#include <thread>
 
 #include "qvl/error.h"
 #include "qvl/image/image_budget.h"
+#include "qvl/session/threads.h"
 #include "qvl/text/chat.h"
+#include "qvl/io/paths.h"
 
 namespace qvl::app {
 
@@ -96,19 +96,12 @@ CLI::Validator number_in(double lo, bool lo_open, double hi, bool hi_open) {
       range.empty() ? "NUMBER" : "NUMBER " + range);
 }
 
-int usable_cpu_count() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-  return std::max(1, int(std::thread::hardware_concurrency()));
-}
-
 CLI::Validator thread_count() {
   return CLI::Validator(
       [](std::string& value) -> std::string {
         int64_t v = 0;
         if (!parse_integer(value, &v) || v < 0) return "'" + value + "' is not a whole number ≥ 0 (0: every core)";
-        const int cores = usable_cpu_count();
+        const int cores = usable_cores();
         // More threads than cores only make them wait for each other; thousands exhaust memory.
         if (v > int64_t(4) * cores)
           return fmt::format("{} is more than 4 × the {} core{} this process may use (at most {})", value, cores,
@@ -153,12 +146,14 @@ SamplingOptions make_sampling(const SamplingFlags& f, const GenerationConfig& de
   return s;
 }
 
+void configure_threads_for(const SessionOptions& options) { configure_threads(options.threads, options.dtype); }
+
 SessionOptions make_session_options(const ModelOptions& o) {
   SessionOptions s;
   s.model_dir = resolve_model_dir(o);
-  s.dtype = o.dtype;
+  s.dtype = parse_compute_dtype(o.dtype);
   s.lazy = o.load != "eager";
-  s.quant = o.quant;
+  s.quant = parse_weight_quant(o.quant);
   if (!o.quiet) s.on_note = [](const std::string& note) { fmt::print(stderr, "qvl: {}\n", note); };
   s.max_context = o.max_context;
   s.max_memory_mb = o.max_memory_mb;
@@ -247,6 +242,100 @@ std::vector<uint8_t> read_stdin_image(int64_t max_bytes) {
 std::string read_stdin() {
   std::ios::sync_with_stdio(false);
   return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+}
+
+// --- Options every model command shares, and where the model folder is.
+
+static const char* kDefaultModelDir = "models/Qwen3-VL-2B-Instruct";
+
+void add_model_options(CLI::App* cmd, ModelOptions& o) {
+  cmd->add_option("--model", o.model_dir, "Model folder (default: $QVL_MODEL or models/Qwen3-VL-2B-Instruct)");
+  cmd->add_option("--threads", o.threads, "Worker threads (default: all cores; at most 4 x the cores)")
+      ->check(thread_count());
+  cmd->add_option("--dtype", o.dtype, "Compute dtype (bf16 is fast; f32 matches the reference exactly)")
+      ->check(CLI::IsMember({"bf16", "f32"}))
+      ->capture_default_str();
+  cmd->add_option("--load", o.load, "lazy: touch weights as layers first run; eager: load all first")
+      ->check(CLI::IsMember({"lazy", "eager"}))
+      ->capture_default_str();
+  cmd->add_option("--quant", o.quant, "Decoder weights: none (as stored) or int8 (quantized once, cached; faster decoding)")
+      ->check(CLI::IsMember({"none", "int8"}))
+      ->capture_default_str();
+  cmd->add_option("--max-context", o.max_context, "Context limit in tokens (KV cache size)")
+      ->check(integer_in(1, int64_t(1) << 30))
+      ->capture_default_str();
+  cmd->add_option("--max-memory", o.max_memory_mb,
+                  "Refuse to start (or to encode an image) when the estimate exceeds this many MB "
+                  "(default: the memory available now)")
+      ->check(integer_in(0, int64_t(1) << 40));
+  // The same bound as preprocessor_config.json's (model/config.cpp): 2^28 pixels, 16384 squared.
+  cmd->add_option("--min-pixels", o.min_pixels, "Smallest resized image area (default: preprocessor_config.json)")
+      ->check(integer_in(1, int64_t(1) << 28));
+  cmd->add_option("--max-pixels", o.max_pixels, "Largest resized image area (default: preprocessor_config.json)")
+      ->check(integer_in(1, int64_t(1) << 28));
+  cmd->add_option("--max-side", o.max_side, "Shortcut: largest resized area is max-side squared")
+      ->check(integer_in(1, 16384));
+  cmd->add_option("--max-image-tokens", o.max_image_tokens,
+                  fmt::format("Resize each image to at most N image tokens of 32x32 pixels (default: {}, unless "
+                              "--max-pixels or --max-side is given; the tightest bound wins)",
+                              o.default_image_tokens))
+      ->check(integer_in(1, int64_t(1) << 18));
+  cmd->add_option("--max-image-pixels", o.max_image_pixels,
+                  "Refuse an image that decodes to more pixels than this (big JPEGs first decode at 1/2, 1/4 or 1/8 "
+                  "scale toward the resized size)")
+      ->check(integer_in(1, int64_t(1) << 36))
+      ->capture_default_str();
+  cmd->add_flag("-q,--quiet", o.quiet, "Print only results");
+  cmd->add_flag("-v,--verbose", o.verbose, "Print timings and counters on stderr");
+}
+
+void add_page_options(CLI::App* cmd, int* page, int* dpi) {
+  if (page)
+    cmd->add_option("--page", *page, "Page of a PDF or multi-page TIFF to read (1-based)")
+        ->check(integer_in(1, 1'000'000))
+        ->capture_default_str();
+  cmd->add_option("--dpi", *dpi, fmt::format("Resolution PDF pages are rendered at (default {})", kDefaultPdfDpi))
+      ->check(integer_in(10, 1200));
+}
+
+ImageBounds image_bounds(const ModelOptions& o) {
+  ImageBounds b{o.min_pixels, o.max_pixels, o.max_image_tokens};
+  if (o.max_side > 0 && (b.max_pixels == 0 || o.max_side * o.max_side < b.max_pixels))
+    b.max_pixels = o.max_side * o.max_side;
+  // The default budget stands in only when no upper bound was given.
+  if (b.max_image_tokens == 0 && o.max_pixels == 0 && o.max_side == 0) b.max_image_tokens = o.default_image_tokens;
+  return b;
+}
+
+CLI::Validator existing_file_or_stdin() {
+  return CLI::Validator(
+      [](std::string& path) -> std::string { return path == "-" ? "" : CLI::ExistingFile(path); }, "FILE or -");
+}
+
+std::string resolve_model_dir_for_files(const std::string& flag_value) {
+  std::string dir = flag_value;
+  if (dir.empty()) {
+    const char* env = std::getenv("QVL_MODEL");
+    dir = env && *env ? env : kDefaultModelDir;
+  }
+  if (!is_directory(dir))
+    throw Error(fmt::format(
+        "model folder '{}' not found. Download it with:  huggingface-cli download Qwen/Qwen3-VL-2B-Instruct "
+        "--local-dir {}   (or pass --model DIR / set QVL_MODEL)",
+        dir, kDefaultModelDir));
+  return dir;
+}
+
+std::string resolve_model_dir(const ModelOptions& opts) {
+  std::string dir = resolve_model_dir_for_files(opts.model_dir);
+  for (const char* f : {"config.json", "tokenizer.json"})
+    if (!is_regular_file(dir + "/" + f))
+      throw Error(fmt::format("{}/{} is missing: the model folder is incomplete (download it again with "
+                              "huggingface-cli download Qwen/Qwen3-VL-2B-Instruct --local-dir {})",
+                              dir, f, dir));
+  if (!is_regular_file(dir + "/model.safetensors") && !is_regular_file(dir + "/model.safetensors.index.json"))
+    throw Error(fmt::format("{}: no model.safetensors or model.safetensors.index.json", dir));
+  return dir;
 }
 
 }  // namespace qvl::app

@@ -28,6 +28,9 @@ SessionOptions make_session_options(const ModelOptions& opts);
 // decode_request(), image_limits()), for checking an image before it loads.
 DecodeRequest decode_request_for(const SessionOptions& options);
 ImageLimits image_limits_for(const SessionOptions& options);
+// Sets the process's threads for a session with these options (session/threads.h):
+// every command that loads the model calls it once, before the Session.
+void configure_threads_for(const SessionOptions& options);
 
 // Ctrl-C handling: the first SIGINT asks the current generation to stop; a
 // second one ends the program the usual way. With interrupt_blocking_reads a

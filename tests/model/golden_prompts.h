@@ -48,14 +48,14 @@ inline double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
 // ids from one past the prompt's largest, equal on all three axes.
 inline std::vector<int64_t> greedy(Decoder& dec, const Prompt& p, int max_new) {
   dec.reset();
-  at::Tensor logits = dec.forward(p.embeds, p.positions, p.deepstack_ptr());
+  at::Tensor logits = dec.prefill(0, p.embeds, p.positions, p.deepstack_ptr());
   const int64_t next_position = p.positions.max().item<int64_t>() + 1;
   std::vector<int64_t> out;
   for (int step = 0; step < max_new; ++step) {
     const int64_t token = top1(logits);
     out.push_back(token);
     if (std::find(kStopIds.begin(), kStopIds.end(), token) != kStopIds.end() || step + 1 == max_new) break;
-    logits = dec.forward(dec.embed({static_cast<int32_t>(token)}), at::full({3, 1}, next_position + step, at::kLong));
+    logits = dec.decode({0}, {static_cast<int32_t>(token)}, {next_position + step})[0];
   }
   return out;
 }

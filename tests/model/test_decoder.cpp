@@ -87,7 +87,7 @@ TEST_CASE("decoder f32: every hidden state and the last logits match the referen
     const Prompt p = load_prompt(name);
     dec.reset();
     ForwardTrace trace;
-    at::Tensor logits = dec.forward(p.embeds, p.positions, p.deepstack_ptr(), false, &trace);
+    at::Tensor logits = dec.prefill(0, p.embeds, p.positions, p.deepstack_ptr(), false, &trace);
     CHECK(dec.cached() == p.length());
 
     const at::Tensor ref = golden(name + ".hidden_states");
@@ -109,7 +109,7 @@ TEST_CASE("decoder f32: all_logits gives the reference argmax at every position"
     CAPTURE(name);
     const Prompt p = load_prompt(name);
     dec.reset();
-    at::Tensor logits = dec.forward(p.embeds, p.positions, p.deepstack_ptr(), /*all_logits=*/true);
+    at::Tensor logits = dec.prefill(0, p.embeds, p.positions, p.deepstack_ptr(), /*all_logits=*/true);
     REQUIRE(logits.sizes() == at::IntArrayRef({p.length(), tiny_config().vocab_size}));
     at::Tensor best = logits.argmax(1).contiguous();
     std::vector<int64_t> ours(best.data_ptr<int64_t>(), best.data_ptr<int64_t>() + best.numel());
@@ -145,16 +145,16 @@ TEST_CASE("decoder KV cache: prefill all but the last token, decode it alone, sa
     const int64_t L = p.length();
     dec.reset();
     const Prompt head = slice(p, 0, L - 1), last = slice(p, L - 1, 1);
-    dec.forward(head.embeds, head.positions, head.deepstack_ptr());
+    dec.prefill(0, head.embeds, head.positions, head.deepstack_ptr());
     CHECK(dec.cached() == L - 1);
-    at::Tensor logits = dec.forward(last.embeds, last.positions, last.deepstack_ptr());
+    at::Tensor logits = dec.prefill(0, last.embeds, last.positions, last.deepstack_ptr());
     CHECK(dec.cached() == L);
     CHECK(max_abs_diff(logits, golden(name + ".logits_last")) <= 1e-3);
 
     // truncate() rewinds: the same last token again gives the same answer.
     dec.truncate(L - 1);
     CHECK(dec.cached() == L - 1);
-    at::Tensor again = dec.forward(last.embeds, last.positions, last.deepstack_ptr());
+    at::Tensor again = dec.prefill(0, last.embeds, last.positions, last.deepstack_ptr());
     CHECK(at::equal(again, logits));
   }
 }
@@ -166,7 +166,7 @@ TEST_CASE("decoder KV cache: prefill in uneven chunks matches the reference") {
   at::Tensor logits;
   for (int64_t start = 0, len = 7; start < L; start += len, len = len * 2 + 3) {
     const Prompt part = slice(p, start, std::min(len, L - start));
-    logits = dec.forward(part.embeds, part.positions, part.deepstack_ptr());
+    logits = dec.prefill(0, part.embeds, part.positions, part.deepstack_ptr());
   }
   CHECK(dec.cached() == L);
   CHECK(max_abs_diff(logits, golden("system_image.logits_last")) <= 1e-3);
@@ -180,11 +180,11 @@ TEST_CASE("decoder: a long prefill gives the same logits as the same prompt in s
   at::Tensor embeds = p.embeds.repeat({20, 1});
   at::Tensor positions = at::arange(L, at::kLong).expand({3, L}).contiguous();
   Decoder whole = make_decoder(at::kFloat, true, 512), pieces = make_decoder(at::kFloat, true, 512);
-  at::Tensor a = whole.forward(embeds, positions, nullptr, /*all_logits=*/true);
+  at::Tensor a = whole.prefill(0, embeds, positions, nullptr, /*all_logits=*/true);
   std::vector<at::Tensor> parts;
   for (int64_t start = 0; start < L; start += 90) {
     const int64_t n = std::min<int64_t>(90, L - start);
-    parts.push_back(pieces.forward(embeds.narrow(0, start, n), positions.narrow(1, start, n), nullptr, true));
+    parts.push_back(pieces.prefill(0, embeds.narrow(0, start, n), positions.narrow(1, start, n), nullptr, true));
   }
   at::Tensor b = at::cat(parts, 0);
   CHECK(max_abs_diff(a, b) <= 1e-4 * max_abs(b));
@@ -201,7 +201,7 @@ TEST_CASE("decoder f32: greedy generation reproduces the reference tokens exactl
 }
 
 // Lockstep greedy decoding of several prompts, one sequence each: every
-// step() feeds the last token of each sequence still going.
+// decode() feeds the last token of each sequence still going.
 std::vector<std::vector<int64_t>> greedy_batched(Decoder& dec, const std::vector<Prompt>& prompts, int max_new,
                                                  std::vector<at::Tensor>* first_logits = nullptr) {
   const int64_t n = int64_t(prompts.size());
@@ -212,7 +212,7 @@ std::vector<std::vector<int64_t>> greedy_batched(Decoder& dec, const std::vector
   std::vector<at::Tensor> logits(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     const Prompt& p = prompts[size_t(i)];
-    logits[size_t(i)] = dec.forward_sequence(i + 1, p.embeds, p.positions, p.deepstack_ptr());
+    logits[size_t(i)] = dec.prefill(i + 1, p.embeds, p.positions, p.deepstack_ptr());
     next_position[size_t(i)] = p.positions.max().item<int64_t>() + 1;
   }
   if (first_logits) *first_logits = logits;
@@ -233,7 +233,7 @@ std::vector<std::vector<int64_t>> greedy_batched(Decoder& dec, const std::vector
       rows.push_back(i);
     }
     if (sequences.empty()) break;
-    at::Tensor batch_logits = dec.step(sequences, tokens, positions);
+    at::Tensor batch_logits = dec.decode(sequences, tokens, positions);
     for (size_t r = 0; r < rows.size(); ++r) logits[size_t(rows[r])] = batch_logits[int64_t(r)];
   }
   return out;
@@ -267,14 +267,14 @@ TEST_CASE("decoder batched bf16: a batch gives each sequence the logits it gets 
   dec.reset();
   const Prompt& a = prompts[0];
   const Prompt& b = prompts[1];
-  dec.forward_sequence(1, a.embeds, a.positions);
-  dec.forward_sequence(2, b.embeds, b.positions, b.deepstack_ptr());
+  dec.prefill(1, a.embeds, a.positions);
+  dec.prefill(2, b.embeds, b.positions, b.deepstack_ptr());
   const int64_t pa = a.positions.max().item<int64_t>() + 1, pb = b.positions.max().item<int64_t>() + 1;
-  at::Tensor both = dec.step({2, 1}, {785, 1207}, {pb, pa});
+  at::Tensor both = dec.decode({2, 1}, {785, 1207}, {pb, pa});
   dec.truncate(a.length(), 1);
   dec.truncate(b.length(), 2);
-  at::Tensor alone_b = dec.step({2}, {785}, {pb});
-  at::Tensor alone_a = dec.step({1}, {1207}, {pa});
+  at::Tensor alone_b = dec.decode({2}, {785}, {pb});
+  at::Tensor alone_a = dec.decode({1}, {1207}, {pa});
   CHECK(at::equal(both[0], alone_b[0]));
   CHECK(at::equal(both[1], alone_a[0]));
 }
@@ -283,14 +283,14 @@ TEST_CASE("decoder batched: bad steps are one-line errors that change no cache")
   Decoder dec = make_decoder(at::kFloat, true, 12);
   dec.set_sequences(3);
   const Prompt p = load_prompt("text_only");
-  dec.forward_sequence(1, p.embeds.narrow(0, 0, 10), p.positions.narrow(1, 0, 10));
-  CHECK(error_of([&] { dec.step({1, 1}, {5, 6}, {10, 10}); }).find("twice") != std::string::npos);
-  CHECK(error_of([&] { dec.step({1, 7}, {5, 6}, {10, 0}); }).find("sequence 7 does not exist") != std::string::npos);
-  CHECK(error_of([&] { dec.step({1, 2}, {5}, {10, 0}); }).find("one token and one position") != std::string::npos);
+  dec.prefill(1, p.embeds.narrow(0, 0, 10), p.positions.narrow(1, 0, 10));
+  CHECK(error_of([&] { dec.decode({1, 1}, {5, 6}, {10, 10}); }).find("twice") != std::string::npos);
+  CHECK(error_of([&] { dec.decode({1, 7}, {5, 6}, {10, 0}); }).find("sequence 7 does not exist") != std::string::npos);
+  CHECK(error_of([&] { dec.decode({1, 2}, {5}, {10, 0}); }).find("one token and one position") != std::string::npos);
   CHECK(dec.cached(1) == 10);
   CHECK(dec.cached(2) == 0);
-  dec.forward_sequence(2, p.embeds.narrow(0, 0, 12), p.positions.narrow(1, 0, 12));
-  CHECK(error_of([&] { dec.step({1, 2}, {5, 6}, {10, 12}); }).find("context full") != std::string::npos);
+  dec.prefill(2, p.embeds.narrow(0, 0, 12), p.positions.narrow(1, 0, 12));
+  CHECK(error_of([&] { dec.decode({1, 2}, {5, 6}, {10, 12}); }).find("context full") != std::string::npos);
   CHECK(dec.cached(1) == 10);
   CHECK(dec.cached(2) == 12);
   dec.set_sequences(1);
@@ -307,7 +307,7 @@ TEST_CASE("decoder bf16: same top-1 as float32, logits within the reference's ow
     CAPTURE(name);
     const Prompt p = load_prompt(name);
     dec.reset();
-    at::Tensor logits = dec.forward(p.embeds, p.positions, p.deepstack_ptr());
+    at::Tensor logits = dec.prefill(0, p.embeds, p.positions, p.deepstack_ptr());
     const at::Tensor ref32 = golden(name + ".logits_last"), ref16 = golden(name + ".logits_last_bf16");
     const double reference_bf16_error = model_case(name)["bf16_vs_fp32_last_maxabs"].get<double>();
     const double vs_bf16 = max_abs_diff(logits, ref16), vs_f32 = max_abs_diff(logits, ref32);
@@ -328,8 +328,8 @@ TEST_CASE("decoder lazy and eager loading give identical results") {
     CHECK(eager.layers_loaded() == tiny_config().num_hidden_layers);
     const Prompt p = load_prompt("one_image");
     ForwardTrace t_lazy, t_eager;
-    at::Tensor a = lazy.forward(p.embeds, p.positions, p.deepstack_ptr(), false, &t_lazy);
-    at::Tensor b = eager.forward(p.embeds, p.positions, p.deepstack_ptr(), false, &t_eager);
+    at::Tensor a = lazy.prefill(0, p.embeds, p.positions, p.deepstack_ptr(), false, &t_lazy);
+    at::Tensor b = eager.prefill(0, p.embeds, p.positions, p.deepstack_ptr(), false, &t_eager);
     CHECK(lazy.layers_loaded() == tiny_config().num_hidden_layers);
     CHECK(at::equal(a, b));
     REQUIRE(t_lazy.hidden_states.size() == t_eager.hidden_states.size());
@@ -342,18 +342,18 @@ TEST_CASE("decoder: exceeding max_context is an error that leaves the cache as i
   const Prompt p = load_prompt("text_only");
   const int64_t L = p.length();
   Decoder dec = make_decoder(at::kFloat, true, L);
-  dec.forward(p.embeds, p.positions);
+  dec.prefill(0, p.embeds, p.positions);
   CHECK(dec.cached() == L);
   const Prompt one = slice(p, 0, 1);
-  std::string err = error_of([&] { dec.forward(one.embeds, one.positions); });
+  std::string err = error_of([&] { dec.prefill(0, one.embeds, one.positions); });
   CHECK(err.find("max_context") != std::string::npos);
   CHECK(dec.cached() == L);
 
   Decoder small = make_decoder(at::kFloat, true, L - 1);
-  CHECK(error_of([&] { small.forward(p.embeds, p.positions); }).find("max_context") != std::string::npos);
+  CHECK(error_of([&] { small.prefill(0, p.embeds, p.positions); }).find("max_context") != std::string::npos);
   CHECK(small.cached() == 0);
   const Prompt head = slice(p, 0, L - 1);
-  at::Tensor logits = small.forward(head.embeds, head.positions);  // still usable
+  at::Tensor logits = small.prefill(0, head.embeds, head.positions);  // still usable
   CHECK(small.cached() == L - 1);
   CHECK(error_of([&] { small.truncate(L); }) != "");
 }
@@ -362,12 +362,12 @@ TEST_CASE("decoder: bad inputs are one-line errors") {
   Decoder dec = make_decoder(at::kFloat);
   const Prompt p = load_prompt("one_image");
   const int64_t L = p.length();
-  CHECK(error_of([&] { dec.forward(at::zeros({L, 31}), p.positions); }).find("[L, 32]") != std::string::npos);
-  CHECK(error_of([&] { dec.forward(p.embeds, p.positions.narrow(1, 0, L - 1)); }).find("position ids") !=
+  CHECK(error_of([&] { dec.prefill(0, at::zeros({L, 31}), p.positions); }).find("[L, 32]") != std::string::npos);
+  CHECK(error_of([&] { dec.prefill(0, p.embeds, p.positions.narrow(1, 0, L - 1)); }).find("position ids") !=
         std::string::npos);
   DeepstackInput bad = *p.deepstack;
   bad.features[1] = bad.features[1].narrow(0, 0, 5);
-  CHECK(error_of([&] { dec.forward(p.embeds, p.positions, &bad); }).find("deepstack feature 1") !=
+  CHECK(error_of([&] { dec.prefill(0, p.embeds, p.positions, &bad); }).find("deepstack feature 1") !=
         std::string::npos);
   CHECK(dec.cached() == 0);
 }
@@ -415,24 +415,23 @@ TEST_CASE("decoder timing: one decode step on the tiny model" * doctest::skip())
     at::set_num_threads(threads);
     Decoder dec = make_decoder(dtype, false, 512);
     const Prompt p = load_prompt("one_image");
-    at::Tensor logits = dec.forward(p.embeds, p.positions, p.deepstack_ptr());
+    at::Tensor logits = dec.prefill(0, p.embeds, p.positions, p.deepstack_ptr());
     const int steps = 100;
     const auto t0 = std::chrono::steady_clock::now();
     const double cpu0 = process_cpu_ms();
     for (int s = 0; s < steps; ++s) {
-      at::Tensor pos = at::full({3, 1}, 100 + s, at::kLong);
-      logits = dec.forward(dec.embed({static_cast<int32_t>(top1(logits))}), pos);
+      logits = dec.decode({0}, {static_cast<int32_t>(top1(logits))}, {100 + s})[0];
     }
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
     const double cpu_ms = (process_cpu_ms() - cpu0) / steps;
     MESSAGE("tiny model, " << std::string(c10::toString(dtype)) << ", " << threads << " threads: " << ms
-                           << " ms per decode step (embed + forward + argmax, context ~" << p.length()
+                           << " ms per decode step (decode + argmax, context ~" << p.length()
                            << "; CPU time " << cpu_ms << " ms)");
   }
 }
 
 // The real 2B text shapes with random bf16 weights built in memory, driven
-// through the same layer code Decoder::forward runs. Needs ~4 GB of RAM.
+// through the same layer code Decoder::prefill and decode run. Needs ~4 GB of RAM.
 TEST_CASE("decoder timing 2b: one decode step at Qwen3-VL-2B text shapes" * doctest::skip()) {
   at::set_num_threads(2);
   TextConfig cfg;  // defaults are the 2B shapes

@@ -104,8 +104,8 @@ TEST_CASE("int8: same first token as bf16 on every golden case, logits within th
     const Prompt p = load_prompt(name);
     bf16.reset();
     int8.reset();
-    const at::Tensor a = bf16.forward(p.embeds, p.positions, p.deepstack_ptr());
-    const at::Tensor b = int8.forward(p.embeds, p.positions, p.deepstack_ptr());
+    const at::Tensor a = bf16.prefill(0, p.embeds, p.positions, p.deepstack_ptr());
+    const at::Tensor b = int8.prefill(0, p.embeds, p.positions, p.deepstack_ptr());
     const double reference_bf16_error = model_case(name)["bf16_vs_fp32_last_maxabs"].get<double>();
     const double diff = max_abs_diff(a, b);
     CHECK(top1(b) == top1(a));
@@ -137,7 +137,7 @@ TEST_CASE("int8: a decode step (GEMV) continues a prefill (dequantized matmul) l
     if (L - 1 <= tensor::kInt8GemvMaxRows) continue;  // the head must really take the matmul path
     matmul_heads += 1;
     dec.reset();
-    const at::Tensor whole = dec.forward(p.embeds, p.positions, p.deepstack_ptr());
+    const at::Tensor whole = dec.prefill(0, p.embeds, p.positions, p.deepstack_ptr());
     dec.reset();
     std::optional<DeepstackInput> head_ds, last_ds;
     if (p.deepstack) {
@@ -145,8 +145,8 @@ TEST_CASE("int8: a decode step (GEMV) continues a prefill (dequantized matmul) l
       REQUIRE(!mask[L - 1].item<bool>());  // the last token is text
       head_ds = DeepstackInput{mask.narrow(0, 0, L - 1), p.deepstack->features};
     }
-    dec.forward(p.embeds.narrow(0, 0, L - 1), p.positions.narrow(1, 0, L - 1), head_ds ? &*head_ds : nullptr);
-    const at::Tensor step = dec.forward(p.embeds.narrow(0, L - 1, 1), p.positions.narrow(1, L - 1, 1));
+    dec.prefill(0, p.embeds.narrow(0, 0, L - 1), p.positions.narrow(1, 0, L - 1), head_ds ? &*head_ds : nullptr);
+    const at::Tensor step = dec.prefill(0, p.embeds.narrow(0, L - 1, 1), p.positions.narrow(1, L - 1, 1));
     CHECK(top1(step) == top1(whole));
     CHECK(max_abs_diff(step, whole) <= kInt8ErrorFactor * model_case(name)["bf16_vs_fp32_last_maxabs"].get<double>());
   }
@@ -157,10 +157,10 @@ TEST_CASE("int8: all_logits (prefill path for the lm_head) agrees with the last-
   TempDir dir("all_logits");
   Decoder dec = make_decoder(WeightQuant::Int8, dir.str());
   const Prompt p = load_prompt("one_image");
-  const at::Tensor all = dec.forward(p.embeds, p.positions, p.deepstack_ptr(), /*all_logits=*/true);
+  const at::Tensor all = dec.prefill(0, p.embeds, p.positions, p.deepstack_ptr(), /*all_logits=*/true);
   REQUIRE(all.sizes() == at::IntArrayRef({p.embeds.size(0), tiny_config().vocab_size}));
   dec.reset();
-  const at::Tensor last = dec.forward(p.embeds, p.positions, p.deepstack_ptr());
+  const at::Tensor last = dec.prefill(0, p.embeds, p.positions, p.deepstack_ptr());
   CHECK(top1(all[p.embeds.size(0) - 1]) == top1(last));
   const at::Tensor best = all.argmax(1).contiguous();
   const std::vector<int64_t> ours(best.data_ptr<int64_t>(), best.data_ptr<int64_t>() + best.numel());
@@ -179,7 +179,7 @@ TEST_CASE("int8 cache: made once, then reused without rebuilding") {
   const Prompt p = load_prompt("text_only");
   {
     Decoder dec = make_decoder(WeightQuant::Int8, dir.str(), &first);
-    a = dec.forward(p.embeds, p.positions).clone();
+    a = dec.prefill(0, p.embeds, p.positions).clone();
   }
   REQUIRE(fs::exists(path));
   CHECK(first.lines.size() == 2);  // "quantizing ..." and "... ready"
@@ -191,7 +191,7 @@ TEST_CASE("int8 cache: made once, then reused without rebuilding") {
   Notes second;
   {
     Decoder dec = make_decoder(WeightQuant::Int8, dir.str(), &second);
-    b = dec.forward(p.embeds, p.positions);
+    b = dec.prefill(0, p.embeds, p.positions);
   }
   CHECK(second.lines.empty());
   CHECK(mtime_ns(path) == made);
@@ -214,7 +214,7 @@ TEST_CASE("int8 cache: a corrupt, truncated or stale file is rebuilt, not used")
   at::Tensor good;
   {
     Decoder dec = make_decoder(WeightQuant::Int8, dir.str());
-    good = dec.forward(p.embeds, p.positions, p.deepstack_ptr()).clone();
+    good = dec.prefill(0, p.embeds, p.positions, p.deepstack_ptr()).clone();
   }
   const auto good_size = fs::file_size(path);
 
@@ -222,7 +222,7 @@ TEST_CASE("int8 cache: a corrupt, truncated or stale file is rebuilt, not used")
     spoil();
     Notes notes;
     Decoder dec = make_decoder(WeightQuant::Int8, dir.str(), &notes);
-    const at::Tensor logits = dec.forward(p.embeds, p.positions, p.deepstack_ptr());
+    const at::Tensor logits = dec.prefill(0, p.embeds, p.positions, p.deepstack_ptr());
     CHECK(at::equal(logits, good));
     CHECK(fs::file_size(path) == good_size);
     CHECK(mentions(notes.lines, "rebuilding"));
@@ -265,9 +265,9 @@ TEST_CASE("int8: lazy touches a layer when it first runs; eager loads all; both 
   CHECK(lazy.layers_loaded() == 0);
   CHECK(eager.layers_loaded() == tiny_config().num_hidden_layers);
   const Prompt p = load_prompt("system_image");
-  const at::Tensor a = lazy.forward(p.embeds, p.positions, p.deepstack_ptr());
+  const at::Tensor a = lazy.prefill(0, p.embeds, p.positions, p.deepstack_ptr());
   CHECK(lazy.layers_loaded() == tiny_config().num_hidden_layers);
-  CHECK(at::equal(a, eager.forward(p.embeds, p.positions, p.deepstack_ptr())));
+  CHECK(at::equal(a, eager.prefill(0, p.embeds, p.positions, p.deepstack_ptr())));
 }
 
 TEST_CASE("int8: without a cache folder the decoder refuses with a one-line error") {

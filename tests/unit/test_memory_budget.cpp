@@ -19,8 +19,8 @@ ModelConfig config_2b() { return load_model_config(test::data_path("qwen3-vl-2b"
 
 MemoryOptions options(const std::string& dtype, const std::string& quant = "none", int64_t max_context = 4096) {
   MemoryOptions o;
-  o.dtype = dtype;
-  o.quant = quant;
+  o.dtype = parse_compute_dtype(dtype);
+  o.quant = parse_weight_quant(quant);
   o.max_context = max_context;
   o.threads = 1;
   return o;

@@ -52,7 +52,6 @@ Decoder::Decoder(const Checkpoint& ckpt, const TextConfig& cfg, const DecoderOpt
   rope_ = std::make_unique<MultimodalRope>(cfg);
   set_sequences(1);
   workspace_ = std::make_unique<LayerWorkspace>(cfg, opts.dtype);
-  logits_buffer_ = at::empty({1, cfg.vocab_size}, at::TensorOptions().dtype(opts.dtype));
 }
 
 Decoder::~Decoder() = default;
@@ -106,33 +105,21 @@ at::Tensor Decoder::run_layers(at::Tensor hidden, const at::Tensor& positions, c
   return normed;
 }
 
-at::Tensor Decoder::forward(const at::Tensor& embeds, const at::Tensor& positions, const DeepstackInput* deepstack,
-                            bool all_logits, ForwardTrace* trace) {
+at::Tensor Decoder::prefill(int64_t sequence, const at::Tensor& embeds, const at::Tensor& positions,
+                            const DeepstackInput* deepstack, bool all_logits, ForwardTrace* trace) {
   check_forward_inputs(embeds, positions, deepstack, cfg_);
   const int64_t L = embeds.size(0);
-  at::Tensor normed = run_layers(embeds, positions, {{&cache(0), L}}, deepstack, trace);
-  if (all_logits) {
+  at::Tensor normed = run_layers(embeds, positions, {{&cache(sequence), L}}, deepstack, trace);
+  if (all_logits) {  // tests and tools only: not worth keeping an [L, vocab] buffer
     at::Tensor logits = at::empty({L, cfg_.vocab_size}, at::TensorOptions().dtype(opts_.dtype));
     tensor::linear_into(logits, normed, weights_->lm_head(), {}, workspace_->dequant_scratch());
     return logits.to(at::kFloat);
   }
-  return last_logits(normed);
+  return logits_of(normed.narrow(0, L - 1, 1)).squeeze(0);
 }
 
-at::Tensor Decoder::forward_sequence(int64_t sequence, const at::Tensor& embeds, const at::Tensor& positions,
-                                     const DeepstackInput* deepstack) {
-  check_forward_inputs(embeds, positions, deepstack, cfg_);
-  return last_logits(run_layers(embeds, positions, {{&cache(sequence), embeds.size(0)}}, deepstack, nullptr));
-}
-
-at::Tensor Decoder::last_logits(const at::Tensor& normed) {
-  tensor::linear_into(logits_buffer_, normed.narrow(0, normed.size(0) - 1, 1), weights_->lm_head(), {},
-                       workspace_->dequant_scratch());
-  return logits_buffer_.squeeze(0).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
-}
-
-at::Tensor Decoder::step(const std::vector<int64_t>& sequences, const std::vector<int32_t>& tokens,
-                         const std::vector<int64_t>& positions) {
+at::Tensor Decoder::decode(const std::vector<int64_t>& sequences, const std::vector<int32_t>& tokens,
+                           const std::vector<int64_t>& positions) {
   const int64_t B = int64_t(sequences.size());
   if (B == 0 || int64_t(tokens.size()) != B || int64_t(positions.size()) != B)
     throw Error(fmt::format("a decode step needs one token and one position per sequence, got {} sequences, {} "
@@ -146,10 +133,16 @@ at::Tensor Decoder::step(const std::vector<int64_t>& sequences, const std::vecto
     parts.push_back({&cache(sequences[size_t(i)]), 1});
   }
   at::Tensor pos = at::tensor(positions, at::kLong).unsqueeze(0).expand({3, B});
-  at::Tensor normed = run_layers(embed(tokens), pos, parts, nullptr, nullptr);
-  at::Tensor logits = at::empty({B, cfg_.vocab_size}, at::TensorOptions().dtype(opts_.dtype));
-  tensor::linear_into(logits, normed, weights_->lm_head(), {}, workspace_->dequant_scratch());
-  return logits.to(at::kFloat);
+  return logits_of(run_layers(embed(tokens), pos, parts, nullptr, nullptr));
+}
+
+at::Tensor Decoder::logits_of(const at::Tensor& normed) {
+  const int64_t rows = normed.size(0);
+  if (!logits_buffer_.defined() || logits_buffer_.size(0) != rows)
+    logits_buffer_ = at::empty({rows, cfg_.vocab_size}, at::TensorOptions().dtype(opts_.dtype));
+  tensor::linear_into(logits_buffer_, normed, weights_->lm_head(), {}, workspace_->dequant_scratch());
+  // A copy: the buffer is reused by the next call.
+  return logits_buffer_.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
 }
 
 int64_t Decoder::cached(int64_t sequence) const { return cache(sequence).size(); }

@@ -33,9 +33,11 @@ struct ForwardTrace {
   std::vector<at::Tensor> hidden_states;
 };
 
-// The decoder keeps one KV cache per sequence. Sequence 0 always exists and is
-// the conversation of forward()/cached()/truncate() without a sequence; more
-// sequences serve batched decoding (step()).
+// The decoder keeps one KV cache per sequence; sequence 0 always exists (a
+// conversation), more serve batched decoding. The model runs two ways, one per
+// purpose: prefill() appends a run of new tokens (a prompt, with its image
+// features) to one sequence; decode() appends one sampled token to each of
+// several sequences at once, so every weight read serves all of them.
 class Decoder {
  public:
   // ckpt must outlive the decoder: in-place weights alias its mapping.
@@ -46,29 +48,24 @@ class Decoder {
 
   at::Tensor embed(const std::vector<int32_t>& ids) const;  // [L, hidden] in the compute dtype
 
-  // Appends L tokens to sequence 0 at cache positions [cached(), cached() + L).
+  // Appends L tokens to `sequence` at cache positions [cached(), cached() + L).
   // embeds: [L, hidden]; positions: [3, L] int64 (t, h, w mrope ids).
   // Returns float32 logits [vocab] of the last new token, or [L, vocab] when all_logits.
   // On error (bad shapes, context full) the cache is left as it was.
-  at::Tensor forward(const at::Tensor& embeds, const at::Tensor& positions, const DeepstackInput* deepstack = nullptr,
-                     bool all_logits = false, ForwardTrace* trace = nullptr);
-  // The same for any sequence (a prompt of one request in a batch).
-  at::Tensor forward_sequence(int64_t sequence, const at::Tensor& embeds, const at::Tensor& positions,
-                              const DeepstackInput* deepstack = nullptr);
+  at::Tensor prefill(int64_t sequence, const at::Tensor& embeds, const at::Tensor& positions,
+                     const DeepstackInput* deepstack = nullptr, bool all_logits = false, ForwardTrace* trace = nullptr);
 
-  // One new token for each of several different sequences, computed together
-  // so that every weight read serves all of them: tokens[i] joins
-  // sequences[i] at text position positions[i]. Returns float32 logits
-  // [B, vocab]. On error no cache changes.
-  at::Tensor step(const std::vector<int64_t>& sequences, const std::vector<int32_t>& tokens,
-                  const std::vector<int64_t>& positions);
+  // One new token for each of several different sequences, computed together:
+  // tokens[i] joins sequences[i] at text position positions[i] (equal on the
+  // three mrope axes). Returns float32 logits [B, vocab]. On error no cache changes.
+  at::Tensor decode(const std::vector<int64_t>& sequences, const std::vector<int32_t>& tokens,
+                    const std::vector<int64_t>& positions);
 
   // How many sequences have a cache; new ones start empty, dropped ones are freed.
   void set_sequences(int64_t n);
   int64_t sequences() const { return int64_t(caches_.size()); }
 
   int64_t cached(int64_t sequence = 0) const;
-  int64_t max_context() const { return opts_.max_context; }
   void truncate(int64_t n_tokens, int64_t sequence = 0);  // drop cache entries from n_tokens on
   void reset();                          // every sequence
   void reset_sequence(int64_t sequence);
@@ -79,8 +76,8 @@ class Decoder {
 
  private:
   KvCache& cache(int64_t sequence) const;
-  // float32 logits [vocab] of the last of the final-normed rows.
-  at::Tensor last_logits(const at::Tensor& normed);
+  // float32 logits [rows, vocab] of a few final-normed rows (the last of a prompt, one per decoded sequence).
+  at::Tensor logits_of(const at::Tensor& normed);
   // Runs every layer over hidden [L, hidden], whose rows extend the given
   // sequences in order, commits the new tokens and returns the final-normed rows.
   at::Tensor run_layers(at::Tensor hidden, const at::Tensor& positions, const std::vector<SequenceRows>& parts,
@@ -93,7 +90,7 @@ class Decoder {
   std::unique_ptr<MultimodalRope> rope_;
   std::vector<std::unique_ptr<KvCache>> caches_;  // one per sequence
   std::unique_ptr<LayerWorkspace> workspace_;
-  at::Tensor logits_buffer_;  // [1, vocab] for the usual last-token case
+  at::Tensor logits_buffer_;  // [rows, vocab] in the compute dtype, reused while the row count stays
 };
 
 }  // namespace qvl

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -10,17 +9,13 @@
 
 #include "qvl/decoder/torch_view.h"
 #include "qvl/error.h"
+#include "qvl/io/paths.h"
 
 namespace qvl {
 namespace {
 
 // Bump whenever what is quantized, or how, changes: old files then stop matching.
 constexpr int kFormatVersion = 1;
-
-bool file_exists(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
 
 std::string cache_tag(const std::string& fingerprint, int64_t group_size) {
   return fmt::format("qvl decoder int8 v{}; group {}; weights {}", kFormatVersion, group_size, fingerprint);
@@ -101,7 +96,7 @@ std::unique_ptr<kernels::Int8Cache> load_int8_cache(const Checkpoint& ckpt, cons
   const std::string tag = cache_tag(fingerprint, group_size);
 
   std::string problem;
-  if (file_exists(path)) {
+  if (is_regular_file(path)) {
     try {
       auto cache = std::make_unique<kernels::Int8Cache>(path);
       problem = mismatch(*cache, tag, sources, group_size);

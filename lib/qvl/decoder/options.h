@@ -7,16 +7,9 @@
 #include <functional>
 #include <string>
 
+#include "qvl/model/precision.h"  // WeightQuant, kDefaultInt8GroupSize
+
 namespace qvl {
-
-enum class WeightQuant {
-  None,  // projections use the checkpoint's weights (in place when dtypes agree)
-  Int8,  // projections use int8 weights with one scale per group, cached on disk
-};
-
-// Weights sharing one int8 scale. 128 keeps a 2048-wide GEMV within ~1% of
-// bf16 (see the kernel tests' error table) at 3% extra bytes for the scales.
-constexpr int64_t kDefaultInt8GroupSize = 128;
 
 // Receives one-line notes about slow one-time work (building the int8 cache),
 // for a front end to show; the library itself never prints.

@@ -10,11 +10,10 @@
 #include "qvl/decoder/int8_weights.h"
 #include "qvl/decoder/torch_view.h"
 #include "qvl/error.h"
+#include "qvl/model/checkpoint_layout.h"
 
 namespace qvl {
 namespace {
-
-const std::string kPrefix = "model.language_model.";
 
 bool is_float(DType t) { return t == DType::BF16 || t == DType::F16 || t == DType::F32; }
 
@@ -44,34 +43,31 @@ DecoderWeights::DecoderWeights(const Checkpoint& ckpt, const TextConfig& cfg, co
     : ckpt_(ckpt), dtype_(opts.dtype), lazy_(opts.lazy), tied_(cfg.tie_word_embeddings) {
   if (dtype_ != at::kBFloat16 && dtype_ != at::kFloat)
     throw Error(fmt::format("decoder compute dtype {} is not supported (bf16 or f32)", c10::toString(dtype_)));
-  const int64_t hidden = cfg.hidden_size, head_dim = cfg.head_dim;
-  const int64_t q_dim = cfg.num_attention_heads * head_dim, kv_dim = cfg.num_key_value_heads * head_dim;
-  const int64_t inter = cfg.intermediate_size;
-
-  embed_src_ = require(kPrefix + "embed_tokens.weight", {cfg.vocab_size, hidden});
-  norm_src_ = require(kPrefix + "norm.weight", {hidden});
-  lm_head_src_ = tied_ ? embed_src_ : require("lm_head.weight", {cfg.vocab_size, hidden});
+  const TextGlobalTensors globals = text_global_tensors(cfg);
+  embed_src_ = require(globals.embed_tokens);
+  norm_src_ = require(globals.final_norm);
+  lm_head_src_ = tied_ ? embed_src_ : require(globals.lm_head);
 
   for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
-    const std::string p = fmt::format("{}layers.{}.", kPrefix, i);
+    const TextLayerTensors t = text_layer_tensors(cfg, i);
     LayerSources s;
-    s.input_norm = require(p + "input_layernorm.weight", {hidden});
-    s.post_attention_norm = require(p + "post_attention_layernorm.weight", {hidden});
-    s.q_proj = require(p + "self_attn.q_proj.weight", {q_dim, hidden});
-    s.k_proj = require(p + "self_attn.k_proj.weight", {kv_dim, hidden});
-    s.v_proj = require(p + "self_attn.v_proj.weight", {kv_dim, hidden});
-    s.o_proj = require(p + "self_attn.o_proj.weight", {hidden, q_dim});
+    s.input_norm = require(t.input_norm);
+    s.post_attention_norm = require(t.post_attention_norm);
+    s.q_proj = require(t.q_proj);
+    s.k_proj = require(t.k_proj);
+    s.v_proj = require(t.v_proj);
+    s.o_proj = require(t.o_proj);
     if (cfg.attention_bias) {
-      s.q_bias = require(p + "self_attn.q_proj.bias", {q_dim});
-      s.k_bias = require(p + "self_attn.k_proj.bias", {kv_dim});
-      s.v_bias = require(p + "self_attn.v_proj.bias", {kv_dim});
-      s.o_bias = require(p + "self_attn.o_proj.bias", {hidden});
+      s.q_bias = require(t.q_bias);
+      s.k_bias = require(t.k_bias);
+      s.v_bias = require(t.v_bias);
+      s.o_bias = require(t.o_bias);
     }
-    s.q_norm = require(p + "self_attn.q_norm.weight", {head_dim});
-    s.k_norm = require(p + "self_attn.k_norm.weight", {head_dim});
-    s.gate_proj = require(p + "mlp.gate_proj.weight", {inter, hidden});
-    s.up_proj = require(p + "mlp.up_proj.weight", {inter, hidden});
-    s.down_proj = require(p + "mlp.down_proj.weight", {hidden, inter});
+    s.q_norm = require(t.q_norm);
+    s.k_norm = require(t.k_norm);
+    s.gate_proj = require(t.gate_proj);
+    s.up_proj = require(t.up_proj);
+    s.down_proj = require(t.down_proj);
     layer_srcs_.push_back(s);
   }
   layers_.resize(layer_srcs_.size());
@@ -95,7 +91,9 @@ DecoderWeights::DecoderWeights(const Checkpoint& ckpt, const TextConfig& cfg, co
   }
 }
 
-DecoderWeights::Source DecoderWeights::require(const std::string& name, const std::vector<int64_t>& shape) {
+DecoderWeights::Source DecoderWeights::require(const ExpectedTensor& tensor) {
+  const std::string& name = tensor.name;
+  const std::vector<int64_t>& shape = tensor.shape;
   const TensorView* v = ckpt_.find(name);
   if (!v) throw Error(fmt::format("checkpoint has no tensor '{}' (the text decoder needs it)", name));
   if (v->shape != shape)
@@ -106,7 +104,6 @@ DecoderWeights::Source DecoderWeights::require(const std::string& name, const st
                             dtype_name(v->dtype)));
   Source s;
   s.view = v;
-  if (to_scalar_type(v->dtype) != dtype_) in_place_ = false;
   return s;
 }
 

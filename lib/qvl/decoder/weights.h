@@ -21,6 +21,7 @@
 #include "qvl/io/safetensors.h"
 #include "qvl/kernels/int8_cache.h"
 #include "qvl/tensor/linear.h"
+#include "qvl/model/checkpoint_layout.h"  // ExpectedTensor
 #include "qvl/model/config.h"
 
 namespace qvl {
@@ -47,8 +48,6 @@ class DecoderWeights {
   const LayerWeights& layer(int64_t i);
 
   int64_t layers_loaded() const;
-  // True when the weights alias the checkpoint instead of holding converted copies.
-  bool in_place() const { return in_place_; }
 
  private:
   // A checkpoint tensor checked against the config, not yet turned into an at::Tensor.
@@ -60,7 +59,8 @@ class DecoderWeights {
         q_norm, k_norm, gate_proj, up_proj, down_proj;
   };
 
-  Source require(const std::string& name, const std::vector<int64_t>& shape);
+  // Looks the tensor up, with its shape and dtype checked (one-line errors).
+  Source require(const ExpectedTensor& tensor);
   at::Tensor materialize(const Source& s, bool prefault_pages) const;
   tensor::LinearWeight projection(const Source& s, const std::string& int8_name) const;
   void load_layer(int64_t i);
@@ -69,7 +69,6 @@ class DecoderWeights {
   const Checkpoint& ckpt_;
   at::ScalarType dtype_;
   bool lazy_;
-  bool in_place_ = true;
   bool tied_;
 
   Source embed_src_, norm_src_, lm_head_src_;

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "qvl/error.h"
+#include "qvl/io/paths.h"
 
 namespace qvl {
 namespace {
@@ -157,17 +158,12 @@ const TensorView& SafetensorsFile::get(const std::string& name) const {
   return *t;
 }
 
-static bool file_exists(const std::string& p) {
-  struct stat st {};
-  return ::stat(p.c_str(), &st) == 0;
-}
-
 Checkpoint::Checkpoint(const std::string& model_dir) : dir_(model_dir) {
   const std::string index_path = model_dir + "/model.safetensors.index.json";
   const std::string single_path = model_dir + "/model.safetensors";
   std::vector<std::string> shard_names;
   std::map<std::string, std::string> weight_map;
-  if (file_exists(index_path)) {
+  if (path_exists(index_path)) {
     nlohmann::json j = nlohmann::json::parse(read_text_file(index_path), nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
       throw Error(index_path + ": not a valid index (no weight_map object)");
@@ -181,7 +177,7 @@ Checkpoint::Checkpoint(const std::string& model_dir) : dir_(model_dir) {
       if (seen.insert(shard).second) shard_names.push_back(shard);
     }
     std::sort(shard_names.begin(), shard_names.end());
-  } else if (file_exists(single_path)) {
+  } else if (path_exists(single_path)) {
     shard_names.push_back("model.safetensors");
   } else {
     throw Error(model_dir + ": no model.safetensors or model.safetensors.index.json");

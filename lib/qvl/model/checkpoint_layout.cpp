@@ -26,27 +26,19 @@ class LayoutBuilder {
   std::vector<ExpectedTensor> out_;
 };
 
+const std::string kTextRoot = "model.language_model";
+
 void add_text_model(const TextConfig& t, LayoutBuilder& b) {
-  const std::string root = "model.language_model";
-  const int64_t q_width = t.num_attention_heads * t.head_dim;
-  const int64_t kv_width = t.num_key_value_heads * t.head_dim;
-  b.add(root + ".embed_tokens.weight", {t.vocab_size, t.hidden_size});
+  const TextGlobalTensors g = text_global_tensors(t);
+  b.add(g.embed_tokens.name, g.embed_tokens.shape);
   for (int64_t i = 0; i < t.num_hidden_layers; ++i) {
-    const std::string layer = root + ".layers." + std::to_string(i);
-    b.add(layer + ".input_layernorm.weight", {t.hidden_size});
-    b.linear(layer + ".self_attn.q_proj", t.hidden_size, q_width, t.attention_bias);
-    b.linear(layer + ".self_attn.k_proj", t.hidden_size, kv_width, t.attention_bias);
-    b.linear(layer + ".self_attn.v_proj", t.hidden_size, kv_width, t.attention_bias);
-    b.linear(layer + ".self_attn.o_proj", q_width, t.hidden_size, t.attention_bias);
-    // Qwen3 normalises queries and keys per head, so these norms span head_dim.
-    b.add(layer + ".self_attn.q_norm.weight", {t.head_dim});
-    b.add(layer + ".self_attn.k_norm.weight", {t.head_dim});
-    b.add(layer + ".post_attention_layernorm.weight", {t.hidden_size});
-    b.linear(layer + ".mlp.gate_proj", t.hidden_size, t.intermediate_size, false);
-    b.linear(layer + ".mlp.up_proj", t.hidden_size, t.intermediate_size, false);
-    b.linear(layer + ".mlp.down_proj", t.intermediate_size, t.hidden_size, false);
+    const TextLayerTensors l = text_layer_tensors(t, i);
+    for (const ExpectedTensor* e : {&l.input_norm, &l.q_proj, &l.q_bias, &l.k_proj, &l.k_bias, &l.v_proj, &l.v_bias,
+                                    &l.o_proj, &l.o_bias, &l.q_norm, &l.k_norm, &l.post_attention_norm, &l.gate_proj,
+                                    &l.up_proj, &l.down_proj})
+      if (!e->name.empty()) b.add(e->name, e->shape);
   }
-  b.add(root + ".norm.weight", {t.hidden_size});
+  b.add(g.final_norm.name, g.final_norm.shape);
 }
 
 // The final merger normalises each patch before the merge window is flattened;
@@ -84,6 +76,42 @@ bool is_float_dtype(DType t) { return t == DType::BF16 || t == DType::F16 || t =
 
 }  // namespace
 
+TextLayerTensors text_layer_tensors(const TextConfig& t, int64_t layer) {
+  const std::string p = kTextRoot + ".layers." + std::to_string(layer) + ".";
+  const int64_t q_width = t.num_attention_heads * t.head_dim;
+  const int64_t kv_width = t.num_key_value_heads * t.head_dim;
+  // A torch nn.Linear stores its weight as [out, in].
+  auto bias = [&](const std::string& name, int64_t out) {
+    return t.attention_bias ? ExpectedTensor{p + name, {out}} : ExpectedTensor{};
+  };
+  TextLayerTensors l;
+  l.input_norm = {p + "input_layernorm.weight", {t.hidden_size}};
+  l.q_proj = {p + "self_attn.q_proj.weight", {q_width, t.hidden_size}};
+  l.q_bias = bias("self_attn.q_proj.bias", q_width);
+  l.k_proj = {p + "self_attn.k_proj.weight", {kv_width, t.hidden_size}};
+  l.k_bias = bias("self_attn.k_proj.bias", kv_width);
+  l.v_proj = {p + "self_attn.v_proj.weight", {kv_width, t.hidden_size}};
+  l.v_bias = bias("self_attn.v_proj.bias", kv_width);
+  l.o_proj = {p + "self_attn.o_proj.weight", {t.hidden_size, q_width}};
+  l.o_bias = bias("self_attn.o_proj.bias", t.hidden_size);
+  // Qwen3 normalises queries and keys per head, so these norms span head_dim.
+  l.q_norm = {p + "self_attn.q_norm.weight", {t.head_dim}};
+  l.k_norm = {p + "self_attn.k_norm.weight", {t.head_dim}};
+  l.post_attention_norm = {p + "post_attention_layernorm.weight", {t.hidden_size}};
+  l.gate_proj = {p + "mlp.gate_proj.weight", {t.intermediate_size, t.hidden_size}};
+  l.up_proj = {p + "mlp.up_proj.weight", {t.intermediate_size, t.hidden_size}};
+  l.down_proj = {p + "mlp.down_proj.weight", {t.hidden_size, t.intermediate_size}};
+  return l;
+}
+
+TextGlobalTensors text_global_tensors(const TextConfig& t) {
+  TextGlobalTensors g;
+  g.embed_tokens = {kTextRoot + ".embed_tokens.weight", {t.vocab_size, t.hidden_size}};
+  g.final_norm = {kTextRoot + ".norm.weight", {t.hidden_size}};
+  if (!t.tie_word_embeddings) g.lm_head = {"lm_head.weight", {t.vocab_size, t.hidden_size}};
+  return g;
+}
+
 std::string shape_string(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
@@ -100,7 +128,8 @@ std::vector<ExpectedTensor> expected_tensors(const ModelConfig& cfg) {
   LayoutBuilder b;
   add_text_model(cfg.text, b);
   add_vision_model(cfg.vision, b);
-  if (!cfg.text.tie_word_embeddings) b.add("lm_head.weight", {cfg.text.vocab_size, cfg.text.hidden_size});
+  const ExpectedTensor lm_head = text_global_tensors(cfg.text).lm_head;
+  if (!lm_head.name.empty()) b.add(lm_head.name, lm_head.shape);
   return b.take();
 }
 

@@ -16,6 +16,20 @@ struct ExpectedTensor {
   std::vector<int64_t> shape;
 };
 
+// The text decoder's tensors, named and shaped as the checkpoint holds them:
+// the one place that spells them, for expected_tensors() and for the
+// decoder's weight loading. A bias without attention_bias has an empty name.
+struct TextLayerTensors {
+  ExpectedTensor input_norm, q_proj, q_bias, k_proj, k_bias, v_proj, v_bias, o_proj, o_bias, q_norm, k_norm,
+      post_attention_norm, gate_proj, up_proj, down_proj;
+};
+TextLayerTensors text_layer_tensors(const TextConfig& t, int64_t layer);
+struct TextGlobalTensors {
+  ExpectedTensor embed_tokens, final_norm;
+  ExpectedTensor lm_head;  // empty name when tied to the embeddings
+};
+TextGlobalTensors text_global_tensors(const TextConfig& t);
+
 // Every tensor of the checkpoint: model.language_model.*, model.visual.*, and
 // lm_head.weight when the output projection is not tied to the embeddings.
 // Order: text embeddings, text layers, final norm, vision, then lm_head.

@@ -1,6 +1,5 @@
 #include "qvl/model/config.h"
 
-#include <sys/stat.h>
 
 #include <cmath>
 #include <cstdio>
@@ -10,6 +9,7 @@
 
 #include "qvl/error.h"
 #include "qvl/io/mapped_file.h"
+#include "qvl/io/paths.h"
 
 namespace qvl {
 namespace {
@@ -84,11 +84,6 @@ std::string number_text(double v) {
   char buffer[64];
   std::snprintf(buffer, sizeof buffer, "%g", v);
   return buffer;
-}
-
-bool exists(const std::string& p) {
-  struct stat st {};
-  return ::stat(p.c_str(), &st) == 0;
 }
 
 }  // namespace
@@ -265,13 +260,13 @@ ModelConfig load_model_config(const std::string& model_dir) {
 
 PreprocessorConfig load_preprocessor_config(const std::string& model_dir) {
   const std::string path = model_dir + "/preprocessor_config.json";
-  if (!exists(path)) return {};
+  if (!path_exists(path)) return {};
   return parse_preprocessor_config(read_text_file(path), path);
 }
 
 GenerationConfig load_generation_config(const std::string& model_dir) {
   const std::string path = model_dir + "/generation_config.json";
-  if (!exists(path)) return {};
+  if (!path_exists(path)) return {};
   return parse_generation_config(read_text_file(path), path);
 }
 

@@ -23,22 +23,14 @@ constexpr int64_t kFloatBytes = 4;
 constexpr int64_t kRuntimeBytes = 350 * kMiB;
 
 // The int8 cache's layout (kernels/quant.h): rows padded to whole groups of
-// 128 columns, one float scale per group.
-constexpr int64_t kInt8GroupSize = 128;
+// kDefaultInt8GroupSize columns, one float scale per group.
+constexpr int64_t kInt8GroupSize = kDefaultInt8GroupSize;
 // Queries per attention block, in the vision tower and in a long prefill.
 constexpr int64_t kQueryBlock = 256;
 
-int64_t dtype_bytes(const MemoryOptions& o) {
-  if (o.dtype == "bf16") return 2;
-  if (o.dtype == "f32") return 4;
-  throw Error("unknown dtype '" + o.dtype + "' (use bf16 or f32)");
-}
+int64_t dtype_bytes(const MemoryOptions& o) { return bytes_per_value(o.dtype); }
 
-bool is_int8(const MemoryOptions& o) {
-  if (o.quant == "none") return false;
-  if (o.quant == "int8") return true;
-  throw Error("unknown weight quantization '" + o.quant + "' (use none or int8)");
-}
+bool is_int8(const MemoryOptions& o) { return o.quant == WeightQuant::Int8; }
 
 int threads_of(const MemoryOptions& o) {
   if (o.threads > 0) return o.threads;
@@ -180,8 +172,8 @@ MemoryBudget::MemoryBudget(const ModelConfig& cfg, const MemoryOptions& opts, in
   std::vector<std::string> advice;
   // Only what would make a real difference.
   const int64_t weights = session_.text_weights + session_.vision_weights;
-  if (opts.dtype == "f32" && weights * 4 >= session_.total()) advice.push_back("--dtype bf16");
-  if (opts.quant == "none" && session_.text_weights * 4 >= session_.total()) advice.push_back("--quant int8");
+  if (opts.dtype == ComputeDtype::F32 && weights * 4 >= session_.total()) advice.push_back("--dtype bf16");
+  if (opts.quant == WeightQuant::None && session_.text_weights * 4 >= session_.total()) advice.push_back("--quant int8");
   if (session_.kv_cache * 8 >= session_.total()) advice.push_back("a smaller --max-context");
   std::string text = advice.empty() ? "" : "use ";
   for (size_t i = 0; i < advice.size(); ++i)
@@ -203,7 +195,7 @@ void MemoryBudget::check_batch(int64_t sequences) const {
 
 void MemoryBudget::check(const MemoryEstimate& need, const std::string& advice) const {
   if (limit_bytes_ <= 0 || need.total() <= limit_bytes_) return;
-  std::string parts = fmt::format("{}{} weights {}", opts_.dtype, opts_.quant == "int8" ? "/int8" : "",
+  std::string parts = fmt::format("{}{} weights {}", name_of(opts_.dtype), opts_.quant == WeightQuant::Int8 ? "/int8" : "",
                                   format_bytes(need.text_weights + need.vision_weights));
   parts += " + KV cache " + format_bytes(need.kv_cache);
   if (need.images > 0) parts += " + images " + format_bytes(need.images);

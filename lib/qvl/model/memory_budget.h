@@ -15,13 +15,14 @@
 
 #include "qvl/model/config.h"
 #include "qvl/model/grid.h"
+#include "qvl/model/precision.h"
 
 namespace qvl {
 
 // The session settings the estimate depends on (spelled as in SessionOptions).
 struct MemoryOptions {
-  std::string dtype = "bf16";  // bf16 | f32: compute dtype of weights, KV cache and activations
-  std::string quant = "none";  // none | int8 (decoder projections and lm_head)
+  ComputeDtype dtype = ComputeDtype::BF16;  // of weights, KV cache and activations
+  WeightQuant quant = WeightQuant::None;    // Int8: decoder projections and lm_head
   int64_t max_context = 4096;
   int threads = 0;             // 0: every core; each runs one vision attention block at a time
 };

@@ -17,6 +17,7 @@
 #include "qvl/io/safetensors_writer.h"
 #include "qvl/model/checkpoint_layout.h"
 #include "qvl/model/config.h"
+#include "qvl/io/paths.h"
 
 namespace qvl {
 namespace {
@@ -122,19 +123,6 @@ void write_tensor(SafetensorsWriter& out, uint64_t seed, const ExpectedTensor& t
 
 // ---- the output folder ---------------------------------------------------
 
-bool path_exists(const std::string& p) {
-  struct stat st {};
-  return ::stat(p.c_str(), &st) == 0;
-}
-bool is_dir(const std::string& p) {
-  struct stat st {};
-  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-bool is_file(const std::string& p) {
-  struct stat st {};
-  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
 std::vector<std::string> list_dir(const std::string& dir) {
   std::vector<std::string> names;
   DIR* d = ::opendir(dir.c_str());
@@ -154,14 +142,14 @@ void make_dirs(const std::string& dir) {
     if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST)
       throw Error("cannot create output folder '" + dir + "': " + std::strerror(errno));
   }
-  if (!is_dir(dir)) throw Error("cannot create output folder '" + dir + "': a file of that name is in the way");
+  if (!is_directory(dir)) throw Error("cannot create output folder '" + dir + "': a file of that name is in the way");
 }
 
 // Leaves an empty folder or, with force, one whose old checkpoint is gone, so
 // no stale shard or index can be mistaken for part of the new one.
 void prepare_out_dir(const std::string& dir, bool force) {
   if (!path_exists(dir)) return make_dirs(dir);
-  if (!is_dir(dir)) throw Error("output '" + dir + "' exists and is not a folder");
+  if (!is_directory(dir)) throw Error("output '" + dir + "' exists and is not a folder");
   if (::access(dir.c_str(), W_OK) != 0) throw Error("output folder '" + dir + "' is not writable");
   const std::vector<std::string> names = list_dir(dir);
   if (names.empty()) return;
@@ -254,13 +242,13 @@ void copy_support_files(const std::string& config_dir, const std::string& tokeni
   for (const char* name : kSupportFiles) {
     std::string source;
     for (const std::string& dir : {config_dir, tokenizer_from})
-      if (source.empty() && !dir.empty() && is_file(dir + "/" + name)) source = dir;
+      if (source.empty() && !dir.empty() && is_regular_file(dir + "/" + name)) source = dir;
     if (source.empty()) continue;
     write_text(out_dir + "/" + name, read_text_file(source + "/" + name), cleanup);
     result.copied_files.push_back(std::string(name) + " <- " + source);
   }
   for (const char* name : kEssentialFiles)
-    if (!is_file(out_dir + "/" + name)) result.missing_files.push_back(name);
+    if (!is_regular_file(out_dir + "/" + name)) result.missing_files.push_back(name);
 }
 
 }  // namespace
@@ -269,7 +257,7 @@ SynthResult synthesize_checkpoint(const SynthOptions& opts, const ShardWritten& 
   if (opts.dtype != DType::BF16 && opts.dtype != DType::F32)
     throw Error(std::string("synth writes BF16 or F32 weights, not ") + dtype_name(opts.dtype));
   if (opts.shard_size == 0) throw Error("shard size must be positive");
-  if (!opts.tokenizer_from.empty() && !is_dir(opts.tokenizer_from))
+  if (!opts.tokenizer_from.empty() && !is_directory(opts.tokenizer_from))
     throw Error("tokenizer folder '" + opts.tokenizer_from + "' not found");
   const std::string config_text = read_text_file(opts.config_path);
   const ModelConfig cfg = parse_model_config(config_text, opts.config_path);

@@ -3,11 +3,8 @@
 #include "qvl/session/session.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 
-#include <dlfcn.h>
 #include <fmt/core.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
@@ -15,7 +12,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
-#include <thread>
 
 #include "qvl/decoder/decoder.h"
 #include "qvl/error.h"
@@ -36,28 +32,7 @@
 namespace qvl {
 namespace {
 
-at::ScalarType parse_compute_dtype(const std::string& s) {
-  if (s == "bf16") return at::kBFloat16;
-  if (s == "f32") return at::kFloat;
-  throw Error("unknown dtype '" + s + "' (use bf16 or f32)");
-}
-
-WeightQuant parse_quant(const std::string& s) {
-  if (s == "none") return WeightQuant::None;
-  if (s == "int8") return WeightQuant::Int8;
-  throw Error("unknown weight quantization '" + s + "' (use none or int8)");
-}
-
-// In a bf16 session OpenBLAS runs the small float32 attention matmuls of a
-// prefill and, below the avx512 tier, the widened bf16 matmuls
-// (tensor/linear.h), which split their work over the OpenMP threads
-// themselves. OpenBLAS's own threads would spin (sched_yield) beside those
-// OpenMP threads: one OpenBLAS thread made a 512-token prefill 1.4x faster
-// here. Looked up at run time: the system BLAS may not be OpenBLAS.
-void use_one_openblas_thread() {
-  using SetThreads = void (*)(int);
-  if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(1);
-}
+at::ScalarType scalar_type_of(ComputeDtype dtype) { return dtype == ComputeDtype::F32 ? at::kFloat : at::kBFloat16; }
 
 // The caches' folder: the option, else what model_cache_dir() chooses
 // ($QVL_CACHE_DIR, beside the model, or ~/.cache/qvl).
@@ -71,7 +46,7 @@ VisionOptions cache_options(const SessionOptions& o, at::ScalarType dtype) {
 
 DecoderOptions decoder_options(const SessionOptions& o, const Checkpoint& ckpt, at::ScalarType dtype) {
   DecoderOptions d{dtype, o.lazy, o.max_context};
-  d.quant = parse_quant(o.quant);
+  d.quant = o.quant;
   if (d.quant != WeightQuant::None) {
     // Beside the vision module: one folder per model holds everything derived from it.
     d.quant_cache_dir = model_cache_dir(o.model_dir, ckpt.fingerprint(), o.cache_dir);
@@ -108,13 +83,6 @@ double Answer::prefill_tokens_per_s() const {
   return timings.prefill_s > 0 ? double(prompt_tokens) / timings.prefill_s : 0.0;
 }
 
-int usable_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-  return std::max(1u, std::thread::hardware_concurrency());
-}
-
 int64_t peak_rss_mb() {
   FILE* f = std::fopen("/proc/self/status", "r");
   if (!f) return 0;
@@ -134,7 +102,7 @@ Session::Impl::Impl(const SessionOptions& o, Clock::time_point t0)
       tokenizer(Tokenizer::load_from_model_dir(o.model_dir)),
       checkpoint(open_checkpoint(o.model_dir, config)),
       budget(config, MemoryOptions{o.dtype, o.quant, o.max_context, o.threads}, o.max_memory_mb),
-      dtype(parse_compute_dtype(o.dtype)),
+      dtype(scalar_type_of(o.dtype)),
       decoder(checkpoint, config.text, decoder_options(o, checkpoint, dtype)),
       feature_cache(o.feature_cache_mb << 20) {
   preprocessor = apply_image_bounds(preprocessor, {o.min_pixels, o.max_pixels, o.max_image_tokens});
@@ -150,12 +118,7 @@ VisionEncoder& Session::Impl::vision_encoder() {
 }
 
 Session::Session(const SessionOptions& options) {
-  auto t0 = Clock::now();
-  // libtorch's default is its guess at physical cores, which is 1 on some
-  // VMs with 2 real cores; use every core this process may run on instead.
-  at::set_num_threads(options.threads > 0 ? options.threads : usable_cores());
-  if (options.dtype == "bf16") use_one_openblas_thread();
-  impl_ = std::make_unique<Impl>(options, t0);
+  impl_ = std::make_unique<Impl>(options, Clock::now());
 }
 
 Session::~Session() = default;
@@ -165,23 +128,19 @@ const GenerationConfig& Session::generation_config() const { return impl_->gener
 double Session::load_seconds() const { return impl_->load_s; }
 void Session::warm_vision() { impl_->vision_encoder(); }
 
-std::vector<int32_t> Session::tokenize(const std::string& text) const {
-  auto ids = impl_->tokenizer.encode(text);
-  return std::vector<int32_t>(ids.begin(), ids.end());
-}
-
 void Session::reset() {
   impl_->decoder.reset();
-  impl_->context.clear();
+  impl_->conversation = {};
   impl_->pending.clear();
   impl_->assistant_turn_open = false;
-  impl_->next_position = 0;
   impl_->stats.turns = 0;
 }
 
 SessionStats Session::stats() const {
   SessionStats s = impl_->stats;
   s.cached_tokens = impl_->decoder.cached();
+  s.decoded_tokens = impl_->generation_stats.decoded_tokens;
+  s.decode_s = impl_->generation_stats.decode_s;
   s.peak_rss_mb = peak_rss_mb();
   return s;
 }
@@ -408,41 +367,17 @@ Answer Session::ask(const std::vector<Message>& turn, const std::vector<Patchifi
                       ") are left; raise --max-context, " + (images.empty() ? "" : "lower --max-pixels, ") +
                       "or start a new conversation");
 
-  const auto t_vision = Clock::now();
-  const std::optional<VisionFeatures> features = s.image_features(images);
-  if (features) answer.timings.vision_s = seconds_since(t_vision);
-
-  const auto t_prefill = Clock::now();
-  const PromptInput in = s.prompt_input(ids, answer.grids, features, s.next_position);
-  at::Tensor logits = s.decoder.forward(in.embeds, in.positions, in.deepstack_ptr());
-  s.next_position = in.next_position;
-  s.context.insert(s.context.end(), ids.begin(), ids.end());
+  std::unique_ptr<Reply> reply =
+      s.start_reply(0, s.conversation, ids, images, answer, sampling, t_start, on_text);
   s.pending.clear();
-  answer.timings.prefill_s = seconds_since(t_prefill);
 
-  // Generate: sample, stream, feed back.
-  Reply reply(sampling, s.tokenizer, answer);
-  const auto t_decode = Clock::now();
-  while (int64_t(answer.tokens.size()) < sampling.max_new_tokens) {
-    if (answer.tokens.empty() && s.options.keep_first_logits) {
-      at::Tensor l = logits.to(at::kFloat).contiguous();
-      answer.first_logits.assign(l.data_ptr<float>(), l.data_ptr<float>() + l.numel());
-    }
-    const std::optional<int32_t> token =
-        reply.next(logits, s.context, s.options.max_context - s.decoder.cached(), on_text);
-    if (answer.timings.ttft_s == 0) answer.timings.ttft_s = seconds_since(t_start);
-    if (!token) break;
-    logits = s.decoder.forward(s.decoder.embed({*token}), at::full({3, 1}, s.next_position, at::kLong));
-    s.next_position += 1;
-    s.context.push_back(*token);
-    s.stats.decoded_tokens += 1;
-  }
-  // A token sampled but not fed is fed with the next turn, so the cache stays whole.
-  if (reply.last_unfed()) s.pending.push_back(*reply.last_unfed());
-  reply.finish(on_text);
-  answer.timings.decode_s = seconds_since(t_decode);
-  s.stats.decode_s += answer.timings.decode_s;
-  if (answer.timings.ttft_s == 0) answer.timings.ttft_s = seconds_since(t_start);
+  std::vector<std::unique_ptr<Reply>> running;
+  running.push_back(std::move(reply));
+  s.generate(std::move(running), {}, [&](std::unique_ptr<Reply> done) {
+    // A token sampled but not fed is fed with the next turn, so the cache stays whole.
+    if (done->last_unfed()) s.pending.push_back(*done->last_unfed());
+    take_reply(*done, answer);
+  });
   s.assistant_turn_open = true;
   s.stats.turns += 1;
   return answer;

@@ -11,29 +11,31 @@
 #include <string>
 #include <vector>
 
+#include "qvl/generate/reply.h"  // TextCallback
 #include "qvl/generate/sampler.h"
 #include "qvl/image/decode.h"
 #include "qvl/image/preprocess.h"
 #include "qvl/model/config.h"
 #include "qvl/model/grid.h"
+#include "qvl/model/precision.h"
 #include "qvl/text/chat.h"
 
 namespace qvl {
 
 struct SessionOptions {
   std::string model_dir;
-  std::string dtype = "bf16";  // bf16 | f32
+  ComputeDtype dtype = ComputeDtype::BF16;
   bool lazy = true;            // lazy: weights are touched when a layer first runs
   int64_t max_context = 4096;
   int64_t max_memory_mb = 0;   // refuse what would not fit; 0: MemAvailable at start
-  int threads = 0;             // 0: leave libtorch's default (all cores)
+  int threads = 0;             // for the memory estimate; configure_threads() (threads.h) sets them
   int64_t min_pixels = 0;      // 0: preprocessor_config.json
   int64_t max_pixels = 0;
   int64_t max_image_tokens = 0;  // > 0: images resized to at most this many tokens (image/image_budget.h)
   int image_page = 1;            // the page of a PDF or multi-page TIFF image part that is read
   int pdf_dpi = 0;               // 0: kDefaultPdfDpi
   int64_t max_image_pixels = 50'000'000;  // refuse larger decoded images
-  std::string quant = "none";  // none | int8 (decoder projections as int8, made once and cached)
+  WeightQuant quant = WeightQuant::None;  // Int8: decoder projections as int8, made once and cached
   std::string cache_dir;       // TorchScript module and int8 weight cache; "" = $QVL_CACHE_DIR, else default
   std::function<void(const std::string&)> on_note;  // one-line notes about one-time work (building caches)
   bool build_vision_if_missing = true;
@@ -75,9 +77,6 @@ struct SessionStats {
   int64_t decoded_tokens = 0;
   double decode_s = 0;
 };
-
-// Return false to stop generation (Ctrl-C, a consumer that has enough).
-using TextCallback = std::function<bool(const std::string& piece)>;
 
 // One independent question for Session::ask_batch: a conversation of one turn.
 struct BatchRequest {
@@ -138,16 +137,11 @@ class Session {
   double load_seconds() const;
   // Loads the vision encoder now instead of at the first image (for benchmarks).
   void warm_vision();
-  // Tokenizer access for front ends (e.g. counting tokens).
-  std::vector<int32_t> tokenize(const std::string& text) const;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-// CPUs this process may run on (its affinity mask): the default thread count.
-int usable_cores();
 
 // Peak resident set size of this process so far, in MiB (from /proc).
 int64_t peak_rss_mb();

@@ -1,5 +1,7 @@
 // Internal to lib/qvl/session: the state behind a Session and the pieces its
-// one-conversation ask() (session.cpp) and ask_batch() (session_batch.cpp) share.
+// one-conversation ask() (session.cpp) and ask_batch() (session_batch.cpp)
+// share: both prefill a prompt into a decoder sequence (start_reply) and hand
+// the replies to the one generation loop (generate, session_generate.cpp).
 #pragma once
 #include <ATen/ATen.h>
 
@@ -12,6 +14,8 @@
 #include <vector>
 
 #include "qvl/decoder/decoder.h"
+#include "qvl/generate/generation_loop.h"
+#include "qvl/generate/reply.h"
 #include "qvl/generate/sampler.h"
 #include "qvl/io/safetensors.h"
 #include "qvl/model/memory_budget.h"
@@ -36,63 +40,11 @@ struct PromptInput {
   const DeepstackInput* deepstack_ptr() const { return deepstack ? &*deepstack : nullptr; }
 };
 
-// One reply being generated: samples each token from the logits, streams its
-// text and decides when the reply is over.
-class Reply {
- public:
-  Reply(const SamplingOptions& sampling, const Tokenizer& tokenizer, Answer& answer)
-      : sampling_(sampling), sampler_(sampling), stream_(tokenizer, /*skip_special=*/true), answer_(answer) {
-    answer_.stop_reason = "length";
-  }
-
-  // Picks the next token. Returns it when it must be fed back to the decoder
-  // to go on; nullopt when the reply is over (answer.stop_reason says why,
-  // last_unfed() the sampled token that was not fed, if any).
-  // context: every token the sequence holds; room: tokens the cache can still take.
-  std::optional<int32_t> next(const at::Tensor& logits, const std::vector<int32_t>& context, int64_t room,
-                              const TextCallback& on_text) {
-    at::Tensor l = logits.to(at::kFloat).contiguous();
-    const int32_t token = sampler_.next(l.data_ptr<float>(), l.numel(), context, answer_.tokens);
-    if (!sampling_.ignore_eos && sampler_.is_eos(token)) {
-      answer_.stop_reason = "eos";
-      return std::nullopt;
-    }
-    answer_.tokens.push_back(token);
-    const std::string piece = stream_.push(token);
-    answer_.text += piece;
-    last_unfed_ = token;
-    if (on_text && !piece.empty() && !on_text(piece)) {
-      answer_.stop_reason = "interrupted";
-      return std::nullopt;
-    }
-    if (room <= 1) {  // feeding this token would leave no room for the next
-      answer_.stop_reason = "context";
-      return std::nullopt;
-    }
-    if (int64_t(answer_.tokens.size()) >= sampling_.max_new_tokens) return std::nullopt;
-    last_unfed_.reset();
-    return token;
-  }
-
-  // Flushes the text held back for an incomplete UTF-8 sequence.
-  void finish(const TextCallback& on_text) {
-    const std::string tail = stream_.finish();
-    if (tail.empty()) return;
-    answer_.text += tail;
-    if (on_text) on_text(tail);
-  }
-  std::optional<int32_t> last_unfed() const { return last_unfed_; }
-
- private:
-  const SamplingOptions& sampling_;
-  Sampler sampler_;
-  StreamDecoder stream_;
-  Answer& answer_;
-  std::optional<int32_t> last_unfed_;
-};
-
 // Throws unless there is one preprocessed image per image part of the turn.
 void check_image_count(const std::vector<Message>& turn, const std::vector<PatchifiedImage>& images);
+
+// Moves a finished reply's text, tokens and timings into its answer.
+void take_reply(Reply& reply, Answer& answer);
 
 struct Session::Impl {
   SessionOptions options;
@@ -108,11 +60,11 @@ struct Session::Impl {
   double load_s = 0;
 
   // Conversation state.
-  std::vector<int32_t> context;     // every token in the KV cache, for penalties
+  SequenceState conversation;       // decoder sequence 0: its tokens and next position
   std::vector<int32_t> pending;     // generated but not yet fed (the last token)
   bool assistant_turn_open = false; // the last answer still needs its <|im_end|>
-  int64_t next_position = 0;
   SessionStats stats;
+  GenerationStats generation_stats;  // the decode steps of ask() and ask_batch()
   FeatureCache feature_cache;  // vision features of recent images
   std::map<std::string, std::shared_ptr<const std::vector<uint8_t>>> provided_images;  // by image part name
 
@@ -141,6 +93,17 @@ struct Session::Impl {
                                     const std::vector<std::pair<int64_t, int64_t>>& sizes, int64_t max_new_tokens);
   // Tokens of a turn's prompt besides its image tokens.
   int64_t text_tokens(const std::vector<Message>& turn);
+  // Encodes the images (answer.timings.vision_s), prefills `ids` into decoder
+  // sequence `sequence` after `state` (answer.timings.prefill_s) and returns
+  // the reply that goes on from there. answer.grids must be set. Throws on
+  // any failure, the sequence's cache unchanged.
+  std::unique_ptr<Reply> start_reply(int64_t sequence, SequenceState& state, const std::vector<int32_t>& ids,
+                                     const std::vector<PatchifiedImage>& images, Answer& answer,
+                                     const SamplingOptions& sampling, Clock::time_point t_start,
+                                     const TextCallback& on_text);
+  // The generation loop over this session's decoder (generate/generation_loop.h).
+  void generate(std::vector<std::unique_ptr<Reply>> running, const RefillReplies& refill,
+                const FinishedReply& on_finished);
 };
 
 }  // namespace qvl
