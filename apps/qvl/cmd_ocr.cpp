@@ -804,8 +804,7 @@ std::vector<ScannedFile> unique_inputs(std::vector<ScannedFile> files, const Out
 // Session::ask to shrink them).
 PreprocessorConfig fit_image_budget(const OcrFlags& f, const Session& session) {
   PreprocessorConfig cfg = session.preprocessor_config();
-  const std::string prompt = expand_image_pads(render_chat(ocr_turn(f, "")), {1});
-  const int64_t text_tokens = int64_t(session.tokenize(prompt).size()) - 1;
+  const int64_t text_tokens = session.request_text_tokens(ocr_turn(f, ""));
   const int64_t answer_room = std::min<int64_t>(f.sampling.max_new_tokens, 256);
   const int64_t ppt = pixels_per_image_token(cfg);
   const int64_t room = f.model.max_context - 1 - text_tokens - answer_room;

@@ -186,6 +186,12 @@ int64_t Session::Impl::text_tokens(const std::vector<Message>& turn) {
   return int64_t(pending.size() + tokenizer.encode(prompt).size() - n_images);
 }
 
+int64_t Session::request_text_tokens(const std::vector<Message>& turn) const {
+  const size_t n_images = image_paths(turn).size();
+  const std::string prompt = expand_image_pads(render_chat(turn), std::vector<int64_t>(n_images, 1));
+  return int64_t(impl_->tokenizer.encode(prompt).size() - n_images);
+}
+
 PreprocessorConfig Session::Impl::fit_to_context(const std::vector<Message>& turn,
                                                  const std::vector<std::pair<int64_t, int64_t>>& sizes,
                                                  int64_t max_new_tokens) {

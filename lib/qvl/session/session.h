@@ -135,6 +135,9 @@ class Session {
   // bytes instead of being read from a file.
   void provide_image(const std::string& name, std::vector<uint8_t> bytes);
   double load_seconds() const;
+  // Tokens the prompt of a one-turn request (as ask_batch runs it) takes
+  // besides its image tokens: what is left of the context for the images.
+  int64_t request_text_tokens(const std::vector<Message>& turn) const;
   // Loads the vision encoder now instead of at the first image (for benchmarks).
   void warm_vision();
 
