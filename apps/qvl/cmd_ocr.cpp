@@ -32,6 +32,7 @@
 #include "commands.h"
 #include "common.h"
 #include "ocr_merge.h"
+#include "qvl/batch/ocr_queue.h"
 #include "qvl/error.h"
 #include "qvl/image/decode.h"
 #include "qvl/image/image_budget.h"
@@ -45,7 +46,7 @@ namespace qvl::app {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using Record = nlohmann::ordered_json;  // fields in the documented order
+using Record = OcrRecord;  // fields in the documented order
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
@@ -70,11 +71,6 @@ struct OcrFlags {
   std::vector<std::string> merge;  // --merge: shard outputs to join instead of running the model
   std::vector<std::string> inputs;
 };
-
-// An error message that names the file, whichever layer produced it.
-std::string message_naming(const std::string& path, const std::string& what) {
-  return what.find(path) != std::string::npos ? what : path + ": " + what;
-}
 
 // ---------------------------------------------------------------------------
 // Output: a JSONL file that is never truncated by accident, or stdout.
@@ -273,20 +269,7 @@ struct OutputFile {
 // ---------------------------------------------------------------------------
 // The reader thread's work: one input file made ready for the model.
 
-struct PreparedFile {
-  std::string path;
-  int page = 0;                  // 1-based page of a multi-page file; 0: the file has one page
-  int pages = 1;                 // pages in the file (1 when it could not be read)
-  std::string sha256;            // "" when the file could not be read
-  std::string error;             // set: the record is an error
-  bool already_done = false;     // in the output of an earlier run (--resume)
-  bool same_as_earlier = false;  // identical bytes decoded earlier in this run: reuse that result
-  int64_t width = 0, height = 0;
-  PatchifiedImage image;
-  double prepare_ms = 0;
-  // Identical content: the same bytes and the same page.
-  std::string content_key() const { return page > 0 ? sha256 + "#" + std::to_string(page) : sha256; }
-};
+using PreparedFile = OcrPage;  // qvl/batch/ocr_queue.h
 
 struct Preparer {
   PreprocessorConfig preprocessor;
@@ -532,45 +515,6 @@ class ProgressBar {
   Clock::time_point start_;
 };
 
-// ---------------------------------------------------------------------------
-
-struct Counts {
-  size_t done = 0, failed = 0, skipped = 0, computed = 0, reused = 0;
-};
-
-// What a computed file gave, kept for later files with the same bytes.
-struct Result {
-  std::string file;
-  int64_t width = 0, height = 0;
-  std::string text;
-  std::vector<int32_t> tokens;
-  std::string stop_reason;
-};
-
-Record error_record(const PreparedFile& p) {
-  Record r;
-  r["file"] = p.path;
-  if (p.page > 0) r["page"] = p.page;
-  if (!p.sha256.empty()) r["sha256"] = p.sha256;
-  r["error"] = p.error;
-  return r;
-}
-
-Record result_record(const std::string& file, int page, const std::string& sha256, const Result& res, double ms) {
-  Record r;
-  r["file"] = file;
-  if (page > 0) r["page"] = page;
-  r["sha256"] = sha256;
-  r["width"] = res.width;
-  r["height"] = res.height;
-  r["text"] = res.text;
-  r["tokens"] = res.tokens;
-  r["ms"] = int64_t(ms + 0.5);
-  r["stop_reason"] = res.stop_reason;
-  if (res.file != file) r["duplicate_of"] = res.file;
-  return r;
-}
-
 std::vector<Message> ocr_turn(const OcrFlags& f, const std::string& path) {
   std::vector<Message> turn;
   if (!f.system.empty()) turn.push_back({"system", {{ContentPart::Kind::Text, f.system, ""}}});
@@ -596,186 +540,86 @@ std::vector<ScannedFile> collect_inputs(const OcrFlags& f) {
   return expand_inputs(inputs, scan);
 }
 
-// The model side: prepared files in, one record per file (per page of a
-// multi-page file) out, in input order. Pages are answered up to --batch at a
-// time (Session::ask_batch), so a record may be ready before the records of
-// earlier pages; it waits for them.
+// The model side: the library's OcrQueue (qvl/batch/ocr_queue.h) keeps the
+// records in input order and answers identical pages once; this wires it to
+// the session, the output file and the progress bar.
 class OcrRun {
  public:
   OcrRun(const OcrFlags& flags, Session& session, const SamplingOptions& sampling, OutputFile& out,
          const Preparer& preparer, ProgressBar& bar)
-      : flags_(flags), session_(session), sampling_(sampling), out_(out), fallback_(preparer), bar_(bar) {}
+      : flags_(flags), session_(session), sampling_(sampling), fallback_(preparer), queue_(hooks(out, bar)) {}
 
   void run(Prefetcher& prefetch) {
     prefetch_ = &prefetch;
-    // Copies of a file that failed in the model are computed in a second round.
-    do {
+    queue_.run([&](const OcrNextRequest& next, const OcrDone& done) {
       session_.ask_batch(
-          flags_.batch, [&] { return next_request(); }, sampling_, [&](BatchResult r) { on_result(std::move(r)); });
-    } while (!retries_.empty() && !interrupted());
+          flags_.batch,
+          [&]() -> std::optional<BatchRequest> {
+            std::optional<OcrRequest> r = next();
+            if (!r) return std::nullopt;
+            BatchRequest req;
+            req.tag = r->tag;
+            req.turn = ocr_turn(flags_, r->path);
+            req.images.push_back(std::move(r->image));
+            return req;
+          },
+          sampling_, [&](BatchResult r) { done(r.tag, ocr_answer(std::move(r))); });
+    });
   }
-  const Counts& counts() const { return counts_; }
-  size_t finished() const { return written_; }
+  const OcrCounts& counts() const { return queue_.counts(); }
+  size_t finished() const { return queue_.finished(); }
 
  private:
-  struct InFlight {
-    std::string path;
-    int page = 0;
-    std::string sha256, key;  // key: PreparedFile::content_key()
-    int64_t width = 0, height = 0;
-    double prepare_ms = 0;
-    Clock::time_point submitted;
-  };
-  struct Copy {  // a page with the same content as one still being computed
-    size_t slot;
-    std::string path;
-    int page = 0;
-  };
-
-
-  // The next file the model should compute; files that need no model work
-  // get their record on the way.
-  std::optional<BatchRequest> next_request() {
-    while (true) {
-      if (interrupted()) {
-        tell_interrupt();
-        return std::nullopt;
-      }
-      if (!retries_.empty()) {
-        Copy c = retries_.front();
-        retries_.pop_front();
-        PreparedFile p = fallback_.prepare_page(c.path, c.page);
-        if (!p.error.empty()) {
-          fail(c.slot, p);
-          continue;
-        }
-        return submit(c.slot, p);
-      }
-      std::optional<PreparedFile> next = prefetch_->next();
-      if (!next) return std::nullopt;
-      PreparedFile& p = *next;
-      const size_t slot = taken_++;
-      current_ = p.path;
-      if (p.page == 1 && p.pages > 1) bar_.add_pages(size_t(p.pages - 1));
-      if (p.already_done) {
-        counts_.skipped += 1;
-        settle(slot, std::nullopt);
-      } else if (!p.error.empty()) {
-        fail(slot, p);
-      } else if (p.same_as_earlier && results_.count(p.content_key())) {
-        reuse(slot, p.path, p.page, p.sha256, results_.at(p.content_key()));
-      } else if (p.same_as_earlier && computing_.count(p.content_key())) {
-        copies_[p.content_key()].push_back({slot, p.path, p.page});
-      } else if (p.same_as_earlier) {
-        // A copy of a page that failed in the model was not decoded ahead: do it now.
-        p = fallback_.prepare_page(p.path, p.page);
-        if (!p.error.empty()) {
-          fail(slot, p);
-          continue;
-        }
-        return submit(slot, p);
-      } else {
-        return submit(slot, p);
-      }
-    }
+  OcrQueueHooks hooks(OutputFile& out, ProgressBar& bar) {
+    OcrQueueHooks h;
+    h.next_page = [this] { return prefetch_->next(); };
+    h.prepare_again = [this](const std::string& path, int page) { return fallback_.prepare_page(path, page); };
+    h.write = [&out](const OcrRecord& r) { out.write(r); };
+    h.interrupted = [] { return interrupted(); };
+    h.on_more_pages = [&bar](size_t more) { bar.add_pages(more); };
+    h.on_progress = [&bar](size_t written, size_t worked, const std::string& current) {
+      bar.draw(written, worked, current);
+    };
+    const bool quiet = flags_.model.quiet;
+    h.on_interrupt = [&bar, quiet](size_t in_flight) {
+      if (quiet) return;
+      bar.clear();
+      fmt::print(stderr, "qvl ocr: interrupted, finishing the {} file(s) started (Ctrl-C again to quit now)\n",
+                 in_flight);
+    };
+    if (flags_.model.verbose && !quiet)
+      h.on_computed = [&bar](const std::string& path, int page, const OcrAnswer& a, double ms) {
+        bar.clear();
+        fmt::print(stderr,
+                   "{}{}: {} image tokens, {} tokens ({}), {:.0f} ms (vision {:.0f} ms, prefill {:.0f} ms, "
+                   "decode {:.0f} ms)\n",
+                   path, page > 0 ? fmt::format(" page {}", page) : "", a.image_tokens, a.tokens.size(),
+                   a.stop_reason, ms, a.vision_s * 1e3, a.prefill_s * 1e3, a.decode_s * 1e3);
+      };
+    return h;
   }
 
-  BatchRequest submit(size_t slot, PreparedFile& p) {
-    in_flight_[slot] = {p.path, p.page, p.sha256, p.content_key(), p.width, p.height, p.prepare_ms, Clock::now()};
-    computing_.insert(p.content_key());
-    BatchRequest req;
-    req.tag = slot;
-    req.turn = ocr_turn(flags_, p.path);
-    req.images.push_back(std::move(p.image));
-    return req;
-  }
-
-  void on_result(BatchResult r) {
-    const size_t slot = size_t(r.tag);
-    InFlight f = std::move(in_flight_.at(slot));
-    in_flight_.erase(slot);
-    computing_.erase(f.key);
-    std::vector<Copy> copies = std::move(copies_[f.key]);
-    copies_.erase(f.key);
-    const double ms = f.prepare_ms + ms_since(f.submitted);
-    if (!r.error.empty()) {
-      PreparedFile p;
-      p.path = f.path;
-      p.page = f.page;
-      p.sha256 = f.sha256;
-      p.error = message_naming(f.path, r.error);
-      fail(slot, p);
-      for (Copy& c : copies) retries_.push_back(std::move(c));
-      return;
-    }
-    const Answer& a = r.answer;
-    counts_.computed += 1;
-    Result result{f.path, f.width, f.height, a.text, a.tokens, a.stop_reason};
-    counts_.done += 1;
-    settle(slot, result_record(f.path, f.page, f.sha256, result, ms));
-    if (flags_.model.verbose && !flags_.model.quiet) {
-      bar_.clear();
-      const int64_t image_tokens =
-          a.grids.empty() ? 0 : a.grids[0].tokens(session_.config().vision.spatial_merge_size);
-      fmt::print(stderr,
-                 "{}{}: {} image tokens, {} tokens ({}), {:.0f} ms (vision {:.0f} ms, prefill {:.0f} ms, "
-                 "decode {:.0f} ms)\n",
-                 f.path, f.page > 0 ? fmt::format(" page {}", f.page) : "", image_tokens, a.tokens.size(),
-                 a.stop_reason, ms, a.timings.vision_s * 1e3, a.timings.prefill_s * 1e3,
-                 a.timings.decode_s * 1e3);
-    }
-    for (const Copy& c : copies) reuse(c.slot, c.path, c.page, f.sha256, result);
-    results_.emplace(f.key, std::move(result));
-  }
-
-  void reuse(size_t slot, const std::string& path, int page, const std::string& sha256, const Result& result) {
-    counts_.done += 1;
-    counts_.reused += 1;
-    settle(slot, result_record(path, page, sha256, result, 0));
-  }
-
-  void fail(size_t slot, const PreparedFile& p) {
-    counts_.failed += 1;
-    settle(slot, error_record(p));
-  }
-
-  // Marks a slot's record ready (none: skipped) and writes every ready record in input order.
-  void settle(size_t slot, std::optional<Record> record) {
-    ready_[slot] = std::move(record);
-    for (auto it = ready_.find(written_); it != ready_.end(); it = ready_.find(written_)) {
-      if (it->second) out_.write(*it->second);
-      ready_.erase(it);
-      written_ += 1;
-    }
-    bar_.draw(written_, written_ - counts_.skipped, current_);
-  }
-
-  void tell_interrupt() {
-    if (told_interrupt_ || flags_.model.quiet) return;
-    told_interrupt_ = true;
-    bar_.clear();
-    fmt::print(stderr, "qvl ocr: interrupted, finishing the {} file(s) started (Ctrl-C again to quit now)\n",
-               in_flight_.size());
+  OcrAnswer ocr_answer(BatchResult r) const {
+    OcrAnswer a;
+    a.error = std::move(r.error);
+    if (!a.error.empty()) return a;
+    a.text = std::move(r.answer.text);
+    a.tokens = std::move(r.answer.tokens);
+    a.stop_reason = std::move(r.answer.stop_reason);
+    a.image_tokens =
+        r.answer.grids.empty() ? 0 : r.answer.grids[0].tokens(session_.config().vision.spatial_merge_size);
+    a.vision_s = r.answer.timings.vision_s;
+    a.prefill_s = r.answer.timings.prefill_s;
+    a.decode_s = r.answer.timings.decode_s;
+    return a;
   }
 
   const OcrFlags& flags_;
   Session& session_;
   const SamplingOptions& sampling_;
-  OutputFile& out_;
   Preparer fallback_;  // the model loop's own: the reader thread's is busy
-  ProgressBar& bar_;
   Prefetcher* prefetch_ = nullptr;
-  Counts counts_;
-  size_t taken_ = 0;                                   // files taken from the prefetcher; slot = input index
-  size_t written_ = 0;                                 // slots before this are written
-  std::map<size_t, std::optional<Record>> ready_;      // settled, waiting for earlier slots
-  std::map<size_t, InFlight> in_flight_;         // by slot
-  std::set<std::string> computing_;             // content keys of pages in flight
-  std::map<std::string, std::vector<Copy>> copies_;  // waiting for a page in flight, by its content key
-  std::deque<Copy> retries_;                     // copies of a page that failed in the model
-  std::map<std::string, Result> results_;        // by content key
-  std::string current_;
-  bool told_interrupt_ = false;
+  OcrQueue queue_;
 };
 
 // Each path once (the same path given twice, or found by two folder
@@ -873,7 +717,7 @@ int run_ocr(const OcrFlags& f) {
     ocr.run(prefetch);
   }
   bar.clear();
-  const Counts& n = ocr.counts();
+  const OcrCounts& n = ocr.counts();
   const double elapsed = std::chrono::duration<double>(Clock::now() - t_start).count();
   if (!f.model.quiet) {
     fmt::print(stderr, "qvl ocr: {}done {}, failed {}, skipped {}, computed {}, reused {}, {} of {} {}s, {:.1f} s\n",
