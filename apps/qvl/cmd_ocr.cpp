@@ -1,9 +1,11 @@
 // qvl ocr: the text of many images, one JSON line per file.
 //
 // A reader thread reads, hashes, decodes and preprocesses the next files while
-// the model works on the current one. Records are written in input order and
-// flushed one at a time, so a killed run loses only the record being written,
-// and --resume picks up where it stopped.
+// the model works on the current one (qvl/batch/ocr_pages.h). Records are
+// written in input order (qvl/batch/ocr_queue.h) and flushed one at a time, so a
+// killed run loses only the record being written, and --resume picks up where
+// it stopped. This file keeps the flags, the output file, the progress bar and
+// the messages.
 #include <fcntl.h>
 #include <fmt/core.h>
 #include <fmt/ranges.h>
@@ -14,24 +16,18 @@
 
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <deque>
-#include <functional>
-#include <map>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
-#include <thread>
-#include <tuple>
 #include <utility>
 
 #include "commands.h"
 #include "common.h"
 #include "ocr_merge.h"
+#include "qvl/batch/ocr_pages.h"
 #include "qvl/batch/ocr_queue.h"
 #include "qvl/error.h"
 #include "qvl/image/decode.h"
@@ -39,7 +35,6 @@
 #include "qvl/image/preprocess.h"
 #include "qvl/io/file_scan.h"
 #include "qvl/io/mapped_file.h"
-#include "qvl/io/sha256.h"
 #include "qvl/io/shard.h"
 
 namespace qvl::app {
@@ -47,8 +42,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using Record = OcrRecord;  // fields in the documented order
-
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 const char* const kDefaultPrompt = "Read all the text in the image.";
 // Images waiting for the model: enough to hide decoding, few enough that large
@@ -75,10 +68,8 @@ struct OcrFlags {
 // ---------------------------------------------------------------------------
 // Output: a JSONL file that is never truncated by accident, or stdout.
 
-// What a record stands for: (file, sha256 or "", page or 0). Pages of a
-// multi-page file (PDF, TIFF) have their own records; other files have page 0
-// (no "page" field).
-using RecordKey = std::tuple<std::string, std::string, int>;
+// What a record stands for: (file, sha256 or "", page or 0).
+using RecordKey = OcrRecordKey;  // qvl/batch/ocr_pages.h
 
 // Another run holds the output's lock (exit kBusy).
 struct OutputBusy : Error {
@@ -266,203 +257,10 @@ struct OutputFile {
   }
 };
 
-// ---------------------------------------------------------------------------
-// The reader thread's work: one input file made ready for the model.
-
-using PreparedFile = OcrPage;  // qvl/batch/ocr_queue.h
-
-struct Preparer {
-  PreprocessorConfig preprocessor;
-  ImageLimits limits;
-  DecodeRequest request;  // dpi and target size; the page is set per page
-  const std::set<RecordKey>* done = nullptr;
-  std::set<std::string> decoded;  // content_key() of every page decoded successfully so far
-
-  // The reader thread's work: a file becomes one item per page (one for a
-  // single-page file or one that cannot be read), handed to `emit` in page
-  // order; stops early when emit returns false.
-  void prepare(const ScannedFile& in, const std::function<bool(PreparedFile)>& emit) {
-    const auto t0 = Clock::now();
-    PreparedFile p;
-    p.path = in.path;
-    if (!in.error.empty()) {
-      p.error = in.error;
-      p.already_done = done->count({p.path, "", 0}) > 0;
-      emit(std::move(p));
-      return;
-    }
-    std::string bytes;
-    try {
-      bytes = read_bytes(in.path, &p.sha256);
-      // A single-page file, or a file that failed as a whole, recorded before.
-      if (done->count({p.path, p.sha256, 0})) {
-        p.already_done = true;
-        emit(std::move(p));
-        return;
-      }
-      p.pages = image_page_count(data(bytes), bytes.size(), p.path, limits);
-    } catch (const std::exception& e) {
-      p.error = message_naming(p.path, e.what());
-      // An unreadable file has no hash; it counts as done if it was unreadable before too.
-      if (p.sha256.empty() && done->count({p.path, "", 0})) p.already_done = true;
-      p.prepare_ms = ms_since(t0);
-      emit(std::move(p));
-      return;
-    }
-    const int pages = p.pages;
-    for (int page = 1; page <= pages; ++page) {
-      PreparedFile item;
-      item.path = p.path;
-      item.sha256 = p.sha256;
-      item.pages = pages;
-      item.page = pages > 1 ? page : 0;
-      if (done->count({item.path, item.sha256, item.page})) item.already_done = true;
-      else decode_page(bytes, item, /*decode_even_if_seen=*/false);
-      item.prepare_ms = page == 1 ? ms_since(t0) : item.prepare_ms;
-      if (!emit(std::move(item))) return;
-    }
-  }
-
-  // One page again, on the model loop's side (a copy of a page that failed in
-  // the model, or that was not decoded ahead): `page` as in PreparedFile.
-  PreparedFile prepare_page(const std::string& path, int page) {
-    const auto t0 = Clock::now();
-    PreparedFile p;
-    p.path = path;
-    p.page = page;
-    try {
-      const std::string bytes = read_bytes(path, &p.sha256);
-      decode_page(bytes, p, /*decode_even_if_seen=*/true);
-    } catch (const std::exception& e) {
-      p.error = message_naming(p.path, e.what());
-    }
-    p.prepare_ms = ms_since(t0);
-    return p;
-  }
-
- private:
-  static const uint8_t* data(const std::string& bytes) { return reinterpret_cast<const uint8_t*>(bytes.data()); }
-
-  void decode_page(const std::string& bytes, PreparedFile& p, bool decode_even_if_seen) {
-    const auto t0 = Clock::now();
-    if (!decode_even_if_seen && decoded.count(p.content_key())) {
-      p.same_as_earlier = true;
-      return;
-    }
-    try {
-      DecodeRequest page_request = request;
-      page_request.page = p.page > 0 ? p.page : 1;
-      RgbImage rgb = decode_image(data(bytes), bytes.size(), p.path, limits, page_request);
-      p.width = rgb.width;
-      p.height = rgb.height;
-      p.image = preprocess_image(rgb, preprocessor);
-      decoded.insert(p.content_key());
-    } catch (const std::exception& e) {
-      p.error = message_naming(p.path, e.what());
-    }
-    p.prepare_ms = ms_since(t0);
-  }
-
- public:
-  // The whole file, hashed. An oversized file is hashed from disk and refused
-  // without being held in memory.
-  std::string read_bytes(const std::string& path, std::string* sha256) const {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > limits.max_file_bytes) {
-      *sha256 = sha256_file_hex(path);
-      throw Error(fmt::format("{}: file is {} bytes, over the image file limit of {} bytes", path,
-                              int64_t(st.st_size), limits.max_file_bytes));
-    }
-    // Refuses a FIFO, socket or device (ocr /dev/zero) before opening it.
-    std::string bytes = read_text_file(path, limits.max_file_bytes);
-    *sha256 = sha256_hex(bytes);
-    return bytes;
-  }
-};
-
-// A bounded queue between the reader thread and the model loop.
-class PrefetchQueue {
- public:
-  // Blocks while full; false once the consumer has gone.
-  bool push(PreparedFile item) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    changed_.wait(lock, [&] { return cancelled_ || items_.size() < kPrefetchDepth; });
-    if (cancelled_) return false;
-    items_.push_back(std::move(item));
-    changed_.notify_all();
-    return true;
-  }
-  // Blocks while empty; nothing once the producer has finished and all is
-  // taken, or once Ctrl-C/SIGTERM came (a read that never ends must not keep
-  // the run alive).
-  std::optional<PreparedFile> pop() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    while (!changed_.wait_for(lock, std::chrono::milliseconds(100), [&] { return finished_ || !items_.empty(); }))
-      if (interrupted()) return std::nullopt;
-    if (items_.empty()) return std::nullopt;
-    PreparedFile item = std::move(items_.front());
-    items_.pop_front();
-    changed_.notify_all();
-    return item;
-  }
-  void finish() { set(finished_); }
-  void cancel() { set(cancelled_); }
-
- private:
-  void set(bool& flag) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    flag = true;
-    changed_.notify_all();
-  }
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::deque<PreparedFile> items_;
-  bool finished_ = false, cancelled_ = false;
-};
-
-// Runs the Preparer over all files on its own thread; stops and joins when
-// destroyed. The thread owns what it uses (shared state), so that when it is
-// stuck in a read that does not return, the destructor can leave it behind
-// after a grace period instead of hanging the interrupted run.
-class Prefetcher {
- public:
-  Prefetcher(const std::vector<ScannedFile>& files, const Preparer& preparer)
-      : state_(std::make_shared<State>(files, preparer)) {
-    std::thread([state = state_] {
-      bool go_on = true;
-      for (const ScannedFile& f : state->files) {
-        state->preparer.prepare(f, [&](PreparedFile p) { return go_on = state->queue.push(std::move(p)); });
-        if (!go_on) break;
-      }
-      state->queue.finish();
-      std::lock_guard<std::mutex> lock(state->mutex);
-      state->exited = true;
-      state->exit_changed.notify_all();
-    }).detach();
-  }
-  ~Prefetcher() {
-    state_->queue.cancel();
-    std::unique_lock<std::mutex> lock(state_->mutex);
-    const auto grace = interrupted() ? std::chrono::seconds(2) : std::chrono::hours(24 * 365);
-    state_->exit_changed.wait_for(lock, grace, [&] { return state_->exited; });
-  }
-  std::optional<PreparedFile> next() { return state_->queue.pop(); }
-
- private:
-  struct State {
-    State(const std::vector<ScannedFile>& f, const Preparer& p) : files(f), preparer(p), done(*p.done) {
-      preparer.done = &done;
-    }
-    std::vector<ScannedFile> files;
-    Preparer preparer;
-    std::set<RecordKey> done;
-    PrefetchQueue queue;
-    std::mutex mutex;
-    std::condition_variable exit_changed;
-    bool exited = false;
-  };
-  std::shared_ptr<State> state_;
-};
+// The reader side (qvl/batch/ocr_pages.h): files read, hashed, decoded and
+// preprocessed on their own thread, kPrefetchDepth pages ahead of the model.
+using Preparer = OcrPreparer;
+using Prefetcher = OcrPrefetcher;
 
 // ---------------------------------------------------------------------------
 // Progress on a terminal.
@@ -713,7 +511,7 @@ int run_ocr(const OcrFlags& f) {
   ProgressBar bar(files.size(), !f.model.quiet && ::isatty(STDERR_FILENO));
   OcrRun ocr(f, session, sampling, out, preparer, bar);
   {
-    Prefetcher prefetch(files, preparer);
+    Prefetcher prefetch(files, preparer, kPrefetchDepth, [] { return interrupted(); });
     ocr.run(prefetch);
   }
   bar.clear();
