@@ -62,7 +62,7 @@ class Reply {
   std::vector<float> take_first_logits() { return std::move(first_logits_); }
 
  private:
-  const SamplingOptions& sampling_;
+  const SamplingOptions sampling_;  // a copy: callers may pass a temporary
   Sampler sampler_;
   StreamDecoder stream_;
   int64_t sequence_;
