@@ -24,7 +24,7 @@ esac
 targets=(qvl_unit_tests)
 [ "$with_model" -eq 1 ] && targets+=(qvl_model_tests)
 build_targets=("${targets[@]}")
-[ "$with_cli" -eq 1 ] && build_targets+=(qvl)
+[ "$with_cli" -eq 1 ] && build_targets+=(qvl qvl_make_photo)  # test_images.sh writes its photo with qvl_make_photo
 
 if [ ! -f build-asan/build.ninja ]; then
   cmake -S . -B build-asan -G Ninja -DQVL_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >&2
