@@ -153,20 +153,9 @@ void run(const PreprocessOptions& o) {
   }
   p.image = decode_image(p.bytes.data(), p.bytes.size(), p.name, limits, request);
   p.patches = preprocess_image(p.image, p.cfg);
-  p.original_width = p.image.width;
-  p.original_height = p.image.height;
-  if (detect_image_format(p.bytes.data(), p.bytes.size()) == ImageFormat::Jpeg &&
-      p.image.width * p.image.height > p.cfg.max_pixels) {
-    // It may have been decoded at a reduced scale: the full size, for the record (only image-info pays this).
-    try {
-      request.target_max_pixels = 0;
-      const RgbImage full = decode_image(p.bytes.data(), p.bytes.size(), p.name, limits, request);
-      p.original_width = full.width;
-      p.original_height = full.height;
-    } catch (const Error&) {
-      // over --max-image-pixels at full size: the decoded size is all there is to say
-    }
-  }
+  // A JPEG may have been decoded at a reduced scale: its size in the file, for the record.
+  p.original_width = p.image.unscaled_width ? p.image.unscaled_width : p.image.width;
+  p.original_height = p.image.unscaled_height ? p.image.unscaled_height : p.image.height;
   if (o.out.empty()) print_info(p, config_source);
   else write_output(o, p.patches);
 }

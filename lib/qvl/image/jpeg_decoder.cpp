@@ -91,6 +91,7 @@ RgbImage decode_jpeg(const uint8_t* data, size_t size, const std::string& name, 
     throw Error(fmt::format("{}: image is {}x{} = {} pixels, over the limit of {} pixels", name, width, height,
                             int64_t(width) * height, std::min(limits.max_pixels, limits.max_declared_pixels)));
   const tjscalingfactor scale = choose_scale(width, height, request.target_max_pixels);
+  const int file_width = width, file_height = height;
   width = TJSCALED(width, scale);
   height = TJSCALED(height, scale);
   check_pixel_limit(width, height, name, limits);  // the pixels we will actually decode
@@ -99,6 +100,10 @@ RgbImage decode_jpeg(const uint8_t* data, size_t size, const std::string& name, 
   RgbImage image;
   image.width = width;
   image.height = height;
+  if (scale.num != scale.denom) {
+    image.unscaled_width = file_width;
+    image.unscaled_height = file_height;
+  }
   image.pixels.resize(size_t(width) * size_t(height) * 3);
   std::vector<uint8_t> cmyk(four_components ? size_t(width) * size_t(height) * 4 : 0);
   uint8_t* out = four_components ? cmyk.data() : image.pixels.data();

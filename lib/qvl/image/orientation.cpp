@@ -115,6 +115,8 @@ RgbImage apply_orientation(RgbImage in, int orientation) {
   RgbImage out;
   out.width = swaps_axes ? h : w;
   out.height = swaps_axes ? w : h;
+  out.unscaled_width = swaps_axes ? in.unscaled_height : in.unscaled_width;
+  out.unscaled_height = swaps_axes ? in.unscaled_width : in.unscaled_height;
   out.pixels.resize(in.pixels.size());
   for (int64_t y = 0; y < out.height; ++y) {
     for (int64_t x = 0; x < out.width; ++x) {
