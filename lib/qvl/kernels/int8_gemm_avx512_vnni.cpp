@@ -1,0 +1,204 @@
+// The avx512 tier's int8 GEMM kernel for CPUs with AVX512-VNNI (layout:
+// int8_gemm_detail.h). Built with AVX-512 + AVX512-VNNI (lib/CMakeLists.txt)
+// and entered only when that tier is active on such a CPU.
+//
+// A tile of kTileRows rows × 32 columns keeps 2·kTileRows int32 accumulators
+// (one group's exact dot products) and as many float totals in registers;
+// per 4 k, two 64-byte panel loads serve every row of the tile and each row's
+// 4 bytes are broadcast from memory into its vpdpbusd.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "qvl/kernels/int8_gemm_detail.h"
+#include "qvl/kernels/simd_avx512.h"
+
+namespace qvl::kernels::detail {
+namespace {
+
+namespace simd = simd_avx512;
+// 6 rows: 12 + 12 accumulators, 2 weight registers and a broadcast fit the
+// 32 registers (measured on Zen 5 against 4 and 8: see docs/PERFORMANCE.md).
+constexpr int kTileRows = 6;
+constexpr int64_t kPanelBytesPer4 = kPanelColumns * 4;  // one 4-k step of a panel
+
+struct FreeAligned {
+  void operator()(void* p) const { std::free(p); }
+};
+
+// The thread's panel buffer, grown when needed (64-byte aligned).
+uint8_t* panel_buffer(size_t bytes) {
+  thread_local std::unique_ptr<uint8_t, FreeAligned> buffer;
+  thread_local size_t capacity = 0;
+  if (bytes > capacity) {
+    buffer.reset(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+    if (!buffer) std::abort();  // out of memory for a few hundred KB
+    capacity = bytes;
+  }
+  return buffer.get();
+}
+
+// Columns [n0, n0 + columns) of w as a panel (q + 128, 4 k at a time, the 32
+// columns side by side; 128 past the last column, i.e. weight 0) and their
+// scales, group by group (0 past the last column).
+void pack_panel(const Int8Matrix& w, int64_t n0, int64_t columns, uint8_t* panel, float* scales) {
+  const int64_t steps = w.padded_cols / 4;
+  const __m512i flip = _mm512_set1_epi32(int32_t(0x80808080u));
+  if (columns == kPanelColumns) {
+    const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i low = _mm512_mullo_epi32(lanes, _mm512_set1_epi32(int32_t(steps)));
+    const __m512i high = _mm512_add_epi32(low, _mm512_set1_epi32(int32_t(16 * steps)));
+    const int32_t* base = reinterpret_cast<const int32_t*>(w.weights + n0 * w.padded_cols);
+    for (int64_t s = 0; s < steps; ++s) {
+      const __m512i a = _mm512_i32gather_epi32(low, base + s, 4);
+      const __m512i b = _mm512_i32gather_epi32(high, base + s, 4);
+      _mm512_store_si512(panel + s * kPanelBytesPer4, _mm512_xor_si512(a, flip));
+      _mm512_store_si512(panel + s * kPanelBytesPer4 + 64, _mm512_xor_si512(b, flip));
+    }
+  } else {
+    for (int64_t s = 0; s < steps; ++s) {
+      uint32_t* out = reinterpret_cast<uint32_t*>(panel + s * kPanelBytesPer4);
+      for (int64_t j = 0; j < kPanelColumns; ++j) {
+        uint32_t four = 0;
+        if (j < columns) std::memcpy(&four, w.weights + (n0 + j) * w.padded_cols + 4 * s, 4);
+        out[j] = four ^ 0x80808080u;
+      }
+    }
+  }
+  const int64_t groups = w.groups();
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t j = 0; j < kPanelColumns; ++j)
+      scales[g * kPanelColumns + j] = j < columns ? w.scales[(n0 + j) * groups + g] : 0.0f;
+}
+
+inline __m512i broadcast4(const int8_t* p) {
+  int32_t four;
+  std::memcpy(&four, p, 4);
+  return _mm512_set1_epi32(four);
+}
+
+template <int R, class Out>
+void tile(const Int8GemmJob& job, const uint8_t* panel, const float* scales, int64_t m0, int64_t n0,
+          int64_t columns) {
+  const Int8Matrix& w = *job.w;
+  const int64_t groups = w.groups(), steps_per_group = w.group_size / 4;
+  const int8_t* x[R];
+  for (int r = 0; r < R; ++r) x[r] = job.x_q + (m0 + r) * w.padded_cols;
+  __m512 total[R][2];
+  for (int r = 0; r < R; ++r) total[r][0] = total[r][1] = _mm512_setzero_ps();
+
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512i dot[R][2];
+    for (int r = 0; r < R; ++r) dot[r][0] = dot[r][1] = _mm512_setzero_si512();
+    const uint8_t* p = panel + g * steps_per_group * kPanelBytesPer4;
+    const int64_t k0 = g * w.group_size;
+    for (int64_t s = 0; s < steps_per_group; ++s) {
+      const __m512i w0 = _mm512_load_si512(p + s * kPanelBytesPer4);
+      const __m512i w1 = _mm512_load_si512(p + s * kPanelBytesPer4 + 64);
+      for (int r = 0; r < R; ++r) {
+        const __m512i xb = broadcast4(x[r] + k0 + 4 * s);
+        dot[r][0] = _mm512_dpbusd_epi32(dot[r][0], w0, xb);
+        dot[r][1] = _mm512_dpbusd_epi32(dot[r][1], w1, xb);
+      }
+    }
+    const __m512 ws0 = _mm512_load_ps(scales + g * kPanelColumns), ws1 = _mm512_load_ps(scales + g * kPanelColumns + 16);
+    for (int r = 0; r < R; ++r) {
+      const int64_t at = (m0 + r) * groups + g;
+      const __m512i bias = _mm512_set1_epi32(job.x_bias[at]);
+      const __m512 xs = _mm512_set1_ps(job.x_scales[at]);
+      // Exact: the integer sums are far inside int32 (|sum| <= 128·255·127 per group).
+      total[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(dot[r][0], bias)), _mm512_mul_ps(ws0, xs),
+                                    total[r][0]);
+      total[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(dot[r][1], bias)), _mm512_mul_ps(ws1, xs),
+                                    total[r][1]);
+    }
+  }
+  const __mmask16 mask0 = simd::tail_mask(columns), mask1 = simd::tail_mask(columns - 16);
+  Out* y = static_cast<Out*>(job.y);
+  for (int r = 0; r < R; ++r) {
+    Out* row = y + (m0 + r) * job.y_stride + n0;
+    simd::store(row, total[r][0], mask0);
+    simd::store(row + 16, total[r][1], mask1);
+  }
+}
+
+template <class Out>
+void panel_rows(const Int8GemmJob& job, const uint8_t* panel, const float* scales, int64_t n0, int64_t columns) {
+  int64_t m = 0;
+  for (; m + kTileRows <= job.rows; m += kTileRows) tile<kTileRows, Out>(job, panel, scales, m, n0, columns);
+  switch (job.rows - m) {
+    case 5: return tile<5, Out>(job, panel, scales, m, n0, columns);
+    case 4: return tile<4, Out>(job, panel, scales, m, n0, columns);
+    case 3: return tile<3, Out>(job, panel, scales, m, n0, columns);
+    case 2: return tile<2, Out>(job, panel, scales, m, n0, columns);
+    case 1: return tile<1, Out>(job, panel, scales, m, n0, columns);
+    default: return;
+  }
+}
+static_assert(kTileRows == 6, "one tail case per row count below kTileRows");
+
+template <class In>
+void quantize_rows(const Int8GemmJob& job, const In* x, int64_t x_stride, int64_t begin, int64_t end) {
+  const Int8Matrix& w = *job.w;
+  const int64_t groups = w.groups();
+  for (int64_t m = begin; m < end; ++m) {
+    const In* row = x + m * x_stride;
+    int8_t* q = job.x_q + m * w.padded_cols;
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t first = g * w.group_size, last = std::min(first + w.group_size, w.cols);
+      __m512 max_abs = _mm512_setzero_ps();
+      for (int64_t k = first; k < last; k += 16)
+        max_abs = _mm512_max_ps(max_abs, _mm512_abs_ps(simd::load(row + k, simd::tail_mask(last - k))));
+      const float scale = _mm512_reduce_max_ps(max_abs) / 127.0f;
+      job.x_scales[m * groups + g] = scale;
+      if (scale == 0.0f) {
+        std::memset(q + first, 0, size_t(w.group_size));
+        job.x_bias[m * groups + g] = 0;
+        continue;
+      }
+      const __m512 divisor = _mm512_set1_ps(scale), low = _mm512_set1_ps(-127.0f), high = _mm512_set1_ps(127.0f);
+      __m512i sum = _mm512_setzero_si512();
+      // The whole group, its padding too (zeros load as 0 and stay 0).
+      for (int64_t k = first; k < first + w.group_size; k += 16) {
+        const __m512 v = simd::load(row + k, simd::tail_mask(last - k));
+        const __m512 level = _mm512_roundscale_ps(_mm512_div_ps(v, divisor), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const __m512i levels = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(level, low), high));
+        sum = _mm512_add_epi32(sum, levels);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k), _mm512_cvtepi32_epi8(levels));
+      }
+      job.x_bias[m * groups + g] = 128 * _mm512_reduce_add_epi32(sum);
+    }
+  }
+}
+
+}  // namespace
+
+void int8_quantize_rows_avx512_vnni(const Int8GemmJob& job, const void* x, Storage x_storage, int64_t x_stride,
+                                    int64_t begin, int64_t end) {
+  if (x_storage == Storage::F32)
+    quantize_rows(job, static_cast<const float*>(x), x_stride, begin, end);
+  else
+    quantize_rows(job, static_cast<const uint16_t*>(x), x_stride, begin, end);
+}
+
+void int8_gemm_panels_avx512_vnni(const Int8GemmJob& job, int64_t first_panel, int64_t end_panel) {
+  const Int8Matrix& w = *job.w;
+  const size_t panel_bytes = size_t(w.padded_cols / 4 * kPanelBytesPer4);
+  uint8_t* panel = panel_buffer(panel_bytes + size_t(w.groups() * kPanelColumns) * sizeof(float));
+  float* scales = reinterpret_cast<float*>(panel + panel_bytes);
+  for (int64_t p = first_panel; p < end_panel; ++p) {
+    const int64_t n0 = p * kPanelColumns;
+    const int64_t columns = std::min<int64_t>(kPanelColumns, w.rows - n0);
+    if (columns <= 0) return;
+    pack_panel(w, n0, columns, panel, scales);
+    if (job.y_storage == Storage::F32)
+      panel_rows<float>(job, panel, scales, n0, columns);
+    else
+      panel_rows<uint16_t>(job, panel, scales, n0, columns);
+  }
+}
+
+}  // namespace qvl::kernels::detail
