@@ -17,7 +17,11 @@
 
 namespace qvl::kernels::detail {
 
-constexpr int64_t kPanelColumns = 32;
+#ifndef QVL_INT8_PANEL_REGISTERS  // (a build-time knob for measuring other widths)
+#define QVL_INT8_PANEL_REGISTERS 2
+#endif
+constexpr int kPanelRegisters = QVL_INT8_PANEL_REGISTERS;  // 16 int32 columns each
+constexpr int64_t kPanelColumns = 16 * kPanelRegisters;
 
 struct Int8GemmJob {
   const Int8Matrix* w;
