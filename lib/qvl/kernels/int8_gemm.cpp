@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <memory>
 #include <vector>
 
 #include "qvl/error.h"
@@ -70,6 +72,20 @@ TierKernels kernels_for(Isa isa) {
 }  // namespace
 
 namespace detail {
+
+uint8_t* int8_gemm_panel_buffer(size_t bytes) {
+  struct FreeAligned {
+    void operator()(void* p) const { std::free(p); }
+  };
+  thread_local std::unique_ptr<uint8_t, FreeAligned> buffer;
+  thread_local size_t capacity = 0;
+  if (bytes > capacity) {
+    buffer.reset(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+    capacity = buffer ? bytes : 0;
+    if (!buffer) throw Error(fmt::format("gemm_int8: out of memory for a {}-byte weight panel", bytes));
+  }
+  return buffer.get();
+}
 
 void int8_quantize_rows_generic(const Int8GemmJob& job, const void* x, Storage x_storage, int64_t x_stride,
                                 int64_t begin, int64_t end) {

@@ -1,6 +1,8 @@
 // The avx512 tier's int8 GEMM kernel for CPUs with AVX512-VNNI (layout:
 // int8_gemm_detail.h). Built with AVX-512 + AVX512-VNNI (lib/CMakeLists.txt)
-// and entered only when that tier is active on such a CPU.
+// and entered only when that tier is active on such a CPU; it must not
+// instantiate templates or inline functions other files also use (the
+// linker could keep this file's AVX-512 copy for everyone).
 //
 // A tile of kTileRows rows × 32 columns keeps 2·kTileRows int32 accumulators
 // (one group's exact dot products) and as many float totals in registers;
@@ -8,10 +10,7 @@
 // 4 bytes are broadcast from memory into its vpdpbusd.
 #include <immintrin.h>
 
-#include <algorithm>
-#include <cstdlib>
 #include <cstring>
-#include <memory>
 
 #include "qvl/kernels/int8_gemm_detail.h"
 #include "qvl/kernels/simd_avx512.h"
@@ -30,22 +29,6 @@ namespace simd = simd_avx512;
 constexpr int kTileRows = QVL_INT8_TILE_ROWS;
 constexpr int Z = kPanelRegisters;
 constexpr int64_t kPanelBytesPer4 = kPanelColumns * 4;  // one 4-k step of a panel
-
-struct FreeAligned {
-  void operator()(void* p) const { std::free(p); }
-};
-
-// The thread's panel buffer, grown when needed (64-byte aligned).
-uint8_t* panel_buffer(size_t bytes) {
-  thread_local std::unique_ptr<uint8_t, FreeAligned> buffer;
-  thread_local size_t capacity = 0;
-  if (bytes > capacity) {
-    buffer.reset(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
-    if (!buffer) std::abort();  // out of memory for a few hundred KB
-    capacity = bytes;
-  }
-  return buffer.get();
-}
 
 // 16 registers of 16 int32 each, transposed: out[c] lane i = in[i] lane c.
 inline void transpose16(__m512i (&v)[16]) {
@@ -188,7 +171,7 @@ void quantize_rows(const Int8GemmJob& job, const In* x, int64_t x_stride, int64_
     const In* row = x + m * x_stride;
     int8_t* q = job.x_q + m * w.padded_cols;
     for (int64_t g = 0; g < groups; ++g) {
-      const int64_t first = g * w.group_size, last = std::min(first + w.group_size, w.cols);
+      const int64_t first = g * w.group_size, last = first + w.group_size < w.cols ? first + w.group_size : w.cols;
       __m512 max_abs = _mm512_setzero_ps();
       for (int64_t k = first; k < last; k += 16)
         max_abs = _mm512_max_ps(max_abs, _mm512_abs_ps(simd::load(row + k, simd::tail_mask(last - k))));
@@ -227,11 +210,11 @@ void int8_quantize_rows_avx512_vnni(const Int8GemmJob& job, const void* x, Stora
 void int8_gemm_panels_avx512_vnni(const Int8GemmJob& job, int64_t first_panel, int64_t end_panel) {
   const Int8Matrix& w = *job.w;
   const size_t panel_bytes = size_t(w.padded_cols / 4 * kPanelBytesPer4);
-  uint8_t* panel = panel_buffer(panel_bytes + size_t(w.groups() * kPanelColumns) * sizeof(float));
+  uint8_t* panel = int8_gemm_panel_buffer(panel_bytes + size_t(w.groups() * kPanelColumns) * sizeof(float));
   float* scales = reinterpret_cast<float*>(panel + panel_bytes);
   for (int64_t p = first_panel; p < end_panel; ++p) {
     const int64_t n0 = p * kPanelColumns;
-    const int64_t columns = std::min<int64_t>(kPanelColumns, w.rows - n0);
+    const int64_t columns = w.rows - n0 < kPanelColumns ? w.rows - n0 : kPanelColumns;
     if (columns <= 0) return;
     pack_panel(w, n0, columns, panel, scales);
     if (job.y_storage == Storage::F32)

@@ -10,6 +10,7 @@
 // broadcast operand and the weights carry the +128: sum (q+128)·xq =
 // sum q·xq + 128·sum xq, and x_bias holds that 128·sum xq per row and group.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "qvl/kernels/quant.h"
@@ -43,6 +44,10 @@ void int8_quantize_rows_generic(const Int8GemmJob& job, const void* x, Storage x
                                 int64_t begin, int64_t end);
 void int8_quantize_rows_avx512_vnni(const Int8GemmJob& job, const void* x, Storage x_storage, int64_t x_stride,
                                     int64_t begin, int64_t end);
+
+// The calling thread's panel buffer of at least `bytes`, 64-byte aligned,
+// kept for its next call. Throws qvl::Error when out of memory.
+uint8_t* int8_gemm_panel_buffer(size_t bytes);
 
 // Computes Y's columns [first_panel, end_panel) · kPanelColumns (clipped to
 // w->rows) for all rows.
