@@ -114,9 +114,14 @@ void tile(const Int8GemmJob& job, const uint8_t* panel, const float* scales, int
     for (int z = 0; z < Z; ++z) total[r][z] = _mm512_setzero_ps();
 
   for (int64_t g = 0; g < groups; ++g) {
+    // Each row's sums start at −128·Σxq of the group (undoing the +128 of
+    // the weights), so the group ends with the exact Σ q·xq: integer
+    // arithmetic, whatever the order (|sum| <= 128·255·127 per group).
     __m512i dot[R][Z];
-    for (int r = 0; r < R; ++r)
-      for (int z = 0; z < Z; ++z) dot[r][z] = _mm512_setzero_si512();
+    for (int r = 0; r < R; ++r) {
+      const __m512i start = _mm512_set1_epi32(-job.x_bias[(m0 + r) * groups + g]);
+      for (int z = 0; z < Z; ++z) dot[r][z] = start;
+    }
     const uint8_t* p = panel + g * steps_per_group * kPanelBytesPer4;
     const int64_t k0 = g * w.group_size;
     for (int64_t s = 0; s < steps_per_group; ++s) {
@@ -130,13 +135,9 @@ void tile(const Int8GemmJob& job, const uint8_t* panel, const float* scales, int
     __m512 ws[Z];
     for (int z = 0; z < Z; ++z) ws[z] = _mm512_load_ps(scales + g * kPanelColumns + 16 * z);
     for (int r = 0; r < R; ++r) {
-      const int64_t at = (m0 + r) * groups + g;
-      const __m512i bias = _mm512_set1_epi32(job.x_bias[at]);
-      const __m512 xs = _mm512_set1_ps(job.x_scales[at]);
-      // Exact: the integer sums are far inside int32 (|sum| <= 128·255·127 per group).
+      const __m512 xs = _mm512_set1_ps(job.x_scales[(m0 + r) * groups + g]);
       for (int z = 0; z < Z; ++z)
-        total[r][z] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(dot[r][z], bias)), _mm512_mul_ps(ws[z], xs),
-                                      total[r][z]);
+        total[r][z] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][z]), _mm512_mul_ps(ws[z], xs), total[r][z]);
     }
   }
   Out* y = static_cast<Out*>(job.y);
