@@ -18,6 +18,7 @@
 #include "qvl/error.h"
 #include "qvl/io/safetensors.h"
 #include "qvl/kernels/int8_cache.h"
+#include "qvl/kernels/int8_gemm.h"
 #include "qvl/kernels/quant.h"
 #include "qvl/model/config.h"
 #include "qvl/tensor/dequant.h"
@@ -310,12 +311,23 @@ TEST_CASE("int8 dequantize_rows_into: float is q · scale from the fields, bf16 
   at::Tensor too_many = at::empty({10, 200}, at::kBFloat16);
   CHECK_THROWS_AS(tensor::dequantize_rows_into(q.view(), 61, too_many), Error);
 
-  // Through linear_into: more than kInt8GemvMaxRows rows take the dequantized matmul, 3 rows the GEMV.
+  // Through linear_into: more than kInt8GemvMaxRows rows take the int8 GEMM
+  // where the tier has one (x quantized too: exactly gemm_int8's result),
+  // else the dequantized matmul; 3 rows the GEMV.
   const int64_t long_input = tensor::kInt8GemvMaxRows + 1;
   const at::Tensor x = at::randn({long_input, 200}, at::kFloat);
   at::Tensor out = at::empty({long_input, 70}, at::kFloat), scratch;
   tensor::linear_into(out, x, tensor::LinearWeight(q.view()), {}, scratch);
-  CHECK(at::allclose(out, at::mm(x, reference.t()), 1e-5, 1e-5));
+  if (kernels::gemm_int8_is_fast()) {
+    at::Tensor direct = at::empty({long_input, 70}, at::kFloat);
+    kernels::gemm_int8(q.view(), x.data_ptr(), kernels::Storage::F32, 200, long_input, direct.data_ptr(),
+                       kernels::Storage::F32, 70);
+    CHECK(at::equal(out, direct));
+    CHECK(!scratch.defined());
+    CHECK(at::allclose(out, at::mm(x, reference.t()), 0.02, 0.05));
+  } else {
+    CHECK(at::allclose(out, at::mm(x, reference.t()), 1e-5, 1e-5));
+  }
   at::Tensor few = at::empty({3, 70}, at::kFloat);
   tensor::linear_into(few, x.narrow(0, 0, 3), tensor::LinearWeight(q.view()), {}, scratch);
   // The GEMV quantizes x per group too: close, not equal.
@@ -332,6 +344,13 @@ TEST_CASE("int8 linear_into: a matrix too big for one dequantized block is done 
   const at::Tensor x = at::randn({long_input, cols}, at::kFloat);
   at::Tensor out = at::empty({long_input, rows}, at::kFloat), scratch;
   tensor::linear_into(out, x, tensor::LinearWeight(q.view()), {}, scratch);
-  CHECK(scratch.numel() < rows * cols);
-  CHECK(at::allclose(out, at::mm(x, reference.t()), 1e-4, 1e-4));
+  if (kernels::gemm_int8_is_fast()) {
+    // The int8 GEMM needs no dequantized block (and quantizes x: ~1% error).
+    CHECK(!scratch.defined());
+    const at::Tensor exact = at::mm(x, reference.t());
+    CHECK((out - exact).norm().item<double>() <= 0.02 * exact.norm().item<double>());
+  } else {
+    CHECK(scratch.numel() < rows * cols);
+    CHECK(at::allclose(out, at::mm(x, reference.t()), 1e-4, 1e-4));
+  }
 }

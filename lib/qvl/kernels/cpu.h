@@ -7,7 +7,7 @@
 //
 //   avx512  AVX-512 F+BW+VL+DQ (Skylake-X, Zen 4 and later). Sub-features used
 //           where present, each in a file of its own: AVX512-BF16 (dot-product
-//           GEMV), AVX512-VNNI (int8 GEMV). bf16 matmuls go to oneDNN via ATen.
+//           GEMV), AVX512-VNNI (int8 GEMV and GEMM). bf16 matmuls go to oneDNN via ATen.
 //   avx2    AVX2+FMA+F16C (Haswell, Zen 1-3, Alder Lake and later clients).
 //           bf16 matmuls run in float32 (OpenBLAS) from weights widened block
 //           by block: ATen's own bf16 matmul is ~1 GFLOP/s on such CPUs.

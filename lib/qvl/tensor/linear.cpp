@@ -1,9 +1,11 @@
 #include "qvl/tensor/linear.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "qvl/kernels/cpu.h"
 #include "qvl/kernels/gemv.h"
+#include "qvl/kernels/int8_gemm.h"
 #include "qvl/kernels/parallel.h"
 #include "qvl/tensor/dequant.h"
 
@@ -111,6 +113,24 @@ void int8_matmul_into(at::Tensor& out, const at::Tensor& x, const Int8Matrix& w,
   }
 }
 
+std::optional<kernels::Storage> storage_of(const at::Tensor& t) {
+  if (t.scalar_type() == at::kFloat) return kernels::Storage::F32;
+  if (t.scalar_type() == at::kBFloat16) return kernels::Storage::BF16;
+  return std::nullopt;
+}
+
+// Long inputs against int8 weights where qvl has an int8 GEMM kernel for the
+// tier: x quantized per row and group on the fly, int8 × int8 → int32, out
+// written in place when its rows are dense.
+void int8_gemm_into(at::Tensor& out, const at::Tensor& x, const Int8Matrix& w) {
+  const at::Tensor input = storage_of(x) ? x.contiguous() : x.to(at::kFloat).contiguous();
+  const bool direct = storage_of(out) && out.dim() == 2 && out.stride(1) == 1;
+  at::Tensor y = direct ? out : at::empty({x.size(0), w.rows}, at::kFloat);
+  kernels::gemm_int8(w, input.data_ptr(), *storage_of(input), input.size(1), input.size(0), y.data_ptr(),
+                     *storage_of(y), y.stride(0));
+  if (!direct) out.copy_(y);
+}
+
 }  // namespace
 
 void linear_into(at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
@@ -157,6 +177,8 @@ void linear_into(at::Tensor& out, const at::Tensor& x, const LinearWeight& weigh
   const Int8Matrix& w = *weight.int8;
   if (x.size(0) <= kInt8GemvMaxRows) {
     gemv_into(out, x, w.rows, [&](const float* xf, float* yf, int64_t rows) { kernels::gemv_int8(w, xf, yf, rows); });
+  } else if (kernels::gemm_int8_is_fast()) {
+    int8_gemm_into(out, x, w);
   } else if (x.scalar_type() != at::kFloat && !aten_bf16_matmul_is_fast()) {
     widened_linear(out, x, w.rows, bias, [&](int64_t first, at::Tensor& dense) { dequantize_rows_into(w, first, dense); });
     return;  // the bias is in already

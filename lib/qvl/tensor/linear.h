@@ -51,7 +51,9 @@ void matmul_into(at::Tensor& out, const at::Tensor& a, const at::Tensor& b);
 
 // The same for either kind of weight. Int8 weights run gemv_int8 for short
 // inputs (decode steps, batches, short follow-up prompts: up to
-// kInt8GemvMaxRows rows, in pieces of kMaxBatch); longer inputs (prefill) are multiplied by ATen against
+// kInt8GemvMaxRows rows, in pieces of kMaxBatch); longer inputs (prefill) run
+// the int8 × int8 GEMM (kernels/int8_gemm.h) where the tier has a kernel for
+// it (avx512 with VNNI), and elsewhere are multiplied by ATen against
 // the weight dequantized to x's dtype, a block of weight rows at a time, in
 // `scratch`: grown when needed and kept by the caller for reuse, so no dense
 // copy of the weights outlives the call's working set.

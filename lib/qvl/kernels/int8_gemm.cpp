@@ -1,0 +1,157 @@
+// The int8 GEMM's dispatch, the quantization of X and the portable kernel
+// (the VNNI one is in int8_gemm_avx512_vnni.cpp).
+#include "qvl/kernels/int8_gemm.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "qvl/error.h"
+#include "qvl/kernels/detail.h"
+#include "qvl/kernels/int8_gemm_detail.h"
+#include "qvl/kernels/parallel.h"
+
+namespace qvl::kernels {
+
+using namespace detail;
+
+namespace {
+
+// v rounded to the nearest integer, ties to even (|v| < 2^22), as quant.cpp's
+// GEMV rounds its x: the two paths quantize a row alike.
+inline float round_half_even(float v) {
+  constexpr float kShifter = 12582912.0f;  // 1.5 · 2^23
+  return (v + kShifter) - kShifter;
+}
+
+// One row of X: per group, scale = max|x| / 127, xq = round(x / scale), and
+// 128 · sum xq for the VNNI kernel's correction. Zero past cols.
+void quantize_row(const float* values, const Int8Matrix& w, int8_t* x_q, float* scales, int32_t* bias) {
+  std::fill(x_q + w.cols, x_q + w.padded_cols, int8_t(0));
+  for (int64_t g = 0; g < w.groups(); ++g) {
+    const int64_t first = g * w.group_size, last = std::min(first + w.group_size, w.cols);
+    float max_abs = 0.0f;
+    for (int64_t k = first; k < last; ++k) max_abs = std::max(max_abs, std::fabs(values[k]));
+    const float scale = max_abs / 127.0f;
+    scales[g] = scale;
+    int32_t sum = 0;
+    if (scale == 0.0f) {
+      std::fill(x_q + first, x_q + last, int8_t(0));
+    } else {
+      for (int64_t k = first; k < last; ++k) {
+        x_q[k] = int8_t(std::clamp(round_half_even(values[k] / scale), -127.0f, 127.0f));
+        sum += x_q[k];
+      }
+    }
+    bias[g] = 128 * sum;
+  }
+}
+
+thread_local std::vector<int8_t> x_q_buffer;
+thread_local std::vector<float> x_scales_buffer;
+thread_local std::vector<int32_t> x_bias_buffer;
+
+struct TierKernels {
+  Int8QuantizeRows quantize;
+  Int8GemmPanels panels;
+};
+
+TierKernels kernels_for(Isa isa) {
+#if QVL_X86
+  if (isa == Isa::Avx512 && cpu_features().avx512_vnni)
+    return {int8_quantize_rows_avx512_vnni, int8_gemm_panels_avx512_vnni};
+#endif
+  (void)isa;
+  return {int8_quantize_rows_generic, int8_gemm_panels_generic};
+}
+
+}  // namespace
+
+namespace detail {
+
+uint8_t* int8_gemm_panel_buffer(size_t bytes) {
+  struct FreeAligned {
+    void operator()(void* p) const { std::free(p); }
+  };
+  thread_local std::unique_ptr<uint8_t, FreeAligned> buffer;
+  thread_local size_t capacity = 0;
+  if (bytes > capacity) {
+    buffer.reset(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+    capacity = buffer ? bytes : 0;
+    if (!buffer) throw Error(fmt::format("gemm_int8: out of memory for a {}-byte weight panel", bytes));
+  }
+  return buffer.get();
+}
+
+void int8_quantize_rows_generic(const Int8GemmJob& job, const void* x, Storage x_storage, int64_t x_stride,
+                                int64_t begin, int64_t end) {
+  const Int8Matrix& w = *job.w;
+  std::vector<float> values(size_t(w.cols));
+  for (int64_t m = begin; m < end; ++m) {
+    for (int64_t k = 0; k < w.cols; ++k)
+      values[size_t(k)] = x_storage == Storage::F32 ? static_cast<const float*>(x)[m * x_stride + k]
+                                                    : bf16_to_float(static_cast<const uint16_t*>(x)[m * x_stride + k]);
+    quantize_row(values.data(), w, job.x_q + m * w.padded_cols, job.x_scales + m * w.groups(),
+                 job.x_bias + m * w.groups());
+  }
+}
+
+// Column by column, row by row: each group's dot product in integers, then
+// the same float accumulation as the VNNI kernel (total += dot · (w_scale ·
+// x_scale), group by group), with separate rounding where the target has no FMA.
+void int8_gemm_panels_generic(const Int8GemmJob& job, int64_t first_panel, int64_t end_panel) {
+  const Int8Matrix& w = *job.w;
+  const int64_t groups = w.groups();
+  const int64_t first = first_panel * kPanelColumns, end = std::min(w.rows, end_panel * kPanelColumns);
+  for (int64_t n = first; n < end; ++n) {
+    const int8_t* q = w.weights + n * w.padded_cols;
+    for (int64_t m = 0; m < job.rows; ++m) {
+      const int8_t* xq = job.x_q + m * w.padded_cols;
+      float total = 0.0f;
+      for (int64_t g = 0; g < groups; ++g) {
+        int32_t dot = 0;
+        for (int64_t k = g * w.group_size; k < (g + 1) * w.group_size; ++k) dot += int16_t(q[k]) * int16_t(xq[k]);
+        total = float(dot) * (w.scales[n * groups + g] * job.x_scales[m * groups + g]) + total;
+      }
+      if (job.y_storage == Storage::F32)
+        static_cast<float*>(job.y)[m * job.y_stride + n] = total;
+      else
+        static_cast<uint16_t*>(job.y)[m * job.y_stride + n] = float_to_bf16(total);
+    }
+  }
+}
+
+}  // namespace detail
+
+bool gemm_int8_is_fast(Isa isa) { return kernels_for(isa).panels != int8_gemm_panels_generic; }
+
+void gemm_int8(const Int8Matrix& w, const void* x, Storage x_storage, int64_t x_stride, int64_t rows, void* y,
+               Storage y_storage, int64_t y_stride, Isa isa) {
+  validate_int8_layout(w, "gemm_int8");
+  require_isa(isa, "gemm_int8");
+  if (rows < 0) throw Error(fmt::format("gemm_int8: negative row count {}", rows));
+  if (rows > 1 && (x_stride < w.cols || y_stride < w.rows))
+    throw Error(fmt::format("gemm_int8: row strides {} (x) and {} (y) are shorter than the rows ({}, {})", x_stride,
+                            y_stride, w.cols, w.rows));
+  if (rows == 0 || w.rows == 0) return;
+
+  const int64_t groups = w.groups();
+  x_q_buffer.resize(size_t(rows * w.padded_cols));
+  x_scales_buffer.resize(size_t(rows * groups));
+  x_bias_buffer.resize(size_t(rows * groups));
+  Int8GemmJob job{&w, rows, x_q_buffer.data(), x_scales_buffer.data(), x_bias_buffer.data(), y, y_storage, y_stride};
+  const TierKernels kernels = kernels_for(isa);
+  parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, w.cols)),
+               [&](int64_t begin, int64_t end) { kernels.quantize(job, x, x_storage, x_stride, begin, end); });
+
+  const int64_t panels = (w.rows + kPanelColumns - 1) / kPanelColumns;
+  // A thread's share is at least a few panels' worth of work (~1 M multiply-adds).
+  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 20) / std::max<int64_t>(1, rows * w.padded_cols * kPanelColumns));
+  parallel_for(panels, grain, [&](int64_t begin, int64_t end) { kernels.panels(job, begin, end); });
+}
+
+}  // namespace qvl::kernels

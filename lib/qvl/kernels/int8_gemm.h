@@ -1,0 +1,33 @@
+// int8 × int8 → int32 matrix products for long inputs (prefill): the int8
+// weights of quant.h times activations quantized per row and group on the
+// fly, the scales applied in float32. The GEMV (gemv_int8) streams the weights
+// once per 8 rows and waits on memory; here every weight byte loaded serves a
+// block of rows, so the integer units set the pace, at twice bf16's
+// multiply-adds per instruction (vpdpbusd against vdpbf16ps).
+#pragma once
+#include <cstdint>
+
+#include "qvl/kernels/quant.h"
+#include "qvl/kernels/storage.h"
+
+namespace qvl::kernels {
+
+// Y[m, n] = sum_k X[m, k] · dequantized W[n, k], for m < rows.
+// x: rows × w.cols values (x_storage), row-major, consecutive rows x_stride
+// elements apart; y: rows × w.rows values (y_storage), y_stride apart.
+// X is quantized as gemv_int8 quantizes it (per row and group of
+// w.group_size: scale max|x| / 127, xq = round-half-even(x / scale)), so each
+// group's dot product is an exact integer; the float accumulation over the
+// groups is the same on every x86 tier. `isa`: whose code runs (the avx512
+// tier's VNNI kernel on CPUs with AVX512-VNNI; every other tier the portable
+// one — correct everywhere, fast only there). Throws qvl::Error on a bad
+// layout, negative rows, strides shorter than a row, or a tier this CPU cannot run.
+void gemm_int8(const Int8Matrix& w, const void* x, Storage x_storage, int64_t x_stride, int64_t rows, void* y,
+               Storage y_storage, int64_t y_stride, Isa isa = active_isa());
+
+// Whether gemm_int8 on `isa` has a kernel of its own here (not the portable
+// one): where the int8 GEMM beats dequantizing to bf16 (docs/PERFORMANCE.md,
+// "int8 matmuls").
+bool gemm_int8_is_fast(Isa isa = active_isa());
+
+}  // namespace qvl::kernels

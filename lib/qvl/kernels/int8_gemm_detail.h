@@ -1,0 +1,59 @@
+// Internal to lib/qvl/kernels: what int8_gemm.cpp shares with its per-tier
+// kernels.
+//
+// The weights are repacked a panel of kPanelColumns output columns at a time
+// (by each thread, for the panels it owns, into a buffer that stays in its L2
+// cache): for every 4 consecutive k, the panel's columns side by side, 4 bytes
+// each, as unsigned bytes q + 128 — the layout in which one vpdpbusd
+// multiplies a broadcast 4-byte piece of an X row by 16 columns at once.
+// vpdpbusd multiplies unsigned by signed bytes, so the signed X is the
+// broadcast operand and the weights carry the +128: sum (q+128)·xq =
+// sum q·xq + 128·sum xq, and x_bias holds that 128·sum xq per row and group.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "qvl/kernels/quant.h"
+#include "qvl/kernels/storage.h"
+
+namespace qvl::kernels::detail {
+
+#ifndef QVL_INT8_PANEL_REGISTERS  // (a build-time knob for measuring other widths)
+#define QVL_INT8_PANEL_REGISTERS 2
+#endif
+constexpr int kPanelRegisters = QVL_INT8_PANEL_REGISTERS;  // 16 int32 columns each
+constexpr int64_t kPanelColumns = 16 * kPanelRegisters;
+
+struct Int8GemmJob {
+  const Int8Matrix* w;
+  int64_t rows;            // of X and Y
+  int8_t* x_q;             // rows × w->padded_cols, zero past w->cols
+  float* x_scales;         // rows × groups
+  int32_t* x_bias;         // rows × groups: 128 · sum of the group's x_q
+  void* y;
+  Storage y_storage;
+  int64_t y_stride;
+};
+
+// Quantizes rows [begin, end) of X (rows x_stride elements apart) into the
+// job's x_q, x_scales and x_bias: per group of w.group_size, scale =
+// max|x| / 127, xq = round-half-even(x / scale) (every tier the same bits).
+using Int8QuantizeRows = void (*)(const Int8GemmJob& job, const void* x, Storage x_storage, int64_t x_stride,
+                                  int64_t begin, int64_t end);
+void int8_quantize_rows_generic(const Int8GemmJob& job, const void* x, Storage x_storage, int64_t x_stride,
+                                int64_t begin, int64_t end);
+void int8_quantize_rows_avx512_vnni(const Int8GemmJob& job, const void* x, Storage x_storage, int64_t x_stride,
+                                    int64_t begin, int64_t end);
+
+// The calling thread's panel buffer of at least `bytes`, 64-byte aligned,
+// kept for its next call. Throws qvl::Error when out of memory.
+uint8_t* int8_gemm_panel_buffer(size_t bytes);
+
+// Computes Y's columns [first_panel, end_panel) · kPanelColumns (clipped to
+// w->rows) for all rows.
+using Int8GemmPanels = void (*)(const Int8GemmJob& job, int64_t first_panel, int64_t end_panel);
+void int8_gemm_panels_generic(const Int8GemmJob& job, int64_t first_panel, int64_t end_panel);
+// Entered only when the avx512 tier is active on a CPU with AVX512-VNNI.
+void int8_gemm_panels_avx512_vnni(const Int8GemmJob& job, int64_t first_panel, int64_t end_panel);
+
+}  // namespace qvl::kernels::detail
