@@ -105,7 +105,7 @@ check "... with the efficiency columns" "head -1 '$TMP/contend.txt' | grep -q 't
 check "... a row with percentages (vision: none, text only)" "grep -Eq '^eager +bf16 +none( +[0-9.]+ \([0-9.]+\)){6} +[0-9]+% +[0-9]+% +-\$' '$TMP/contend.txt'"
 check "... saying the runs were contended" "grep -q 'beside 1 busy-loop process;' '$TMP/contend.txt'"
 check "... and what the machine did" "grep -Eq '^machine: .+: read [0-9.]+ GB/s, bf16 GEMM [0-9]+ GFLOP/s, int8 GEMV [0-9]+ GOP/s\$' '$TMP/contend.txt'"
-check "... leaving no busy-loop process running" "! pgrep -f -- '--contend 1\$' > /dev/null"
+check "... leaving no busy-loop process running" "! pgrep -f 'bench --model .*--contend 1\$' > /dev/null"
 "$QVL" bench --model "$MODEL" --contend -1 > /dev/null 2>&1
 check "--contend -1 exits 2" "[ $? -eq 2 ]"
 
