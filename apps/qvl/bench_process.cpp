@@ -4,6 +4,7 @@
 #include <fmt/core.h>
 #include <poll.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <csignal>
 #include <cstring>
 #include <ctime>
+#include <fstream>
 
 #include "qvl/error.h"
 
@@ -112,6 +114,44 @@ ChildResult run_self(const std::vector<std::string>& args) {
   if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
   return result;
+}
+
+BusyLoops::BusyLoops(int count) {
+  const pid_t parent = ::getpid();
+  for (int i = 0; i < count; ++i) {
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      const int error = errno;
+      stop();  // the ones already started
+      throw Error(fmt::format("cannot start a busy-loop process: {}", std::strerror(error)));
+    }
+    if (pid == 0) {
+      // Only async-signal-safe calls after fork() in a threaded process: the
+      // loop itself touches nothing but a register.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(0);  // the parent died before prctl
+      for (volatile uint64_t spin = 0;; spin = spin + 1) {
+      }
+    }
+    pids_.push_back(pid);
+  }
+}
+
+BusyLoops::~BusyLoops() { stop(); }
+
+void BusyLoops::stop() {
+  for (int pid : pids_) ::kill(pid, SIGKILL);
+  for (int pid : pids_)
+    while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  pids_.clear();
+}
+
+double load_average_1m() {
+  std::ifstream in("/proc/loadavg");
+  double value = -1;
+  if (!(in >> value)) return -1;
+  return value;
 }
 
 std::string failure_reason(const ChildResult& child) {

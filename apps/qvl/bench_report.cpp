@@ -31,7 +31,34 @@ std::vector<BenchMeasure> reported_measures(const std::vector<BenchRow>& rows) {
   return out;
 }
 
+// The efficiencies in table order, with their column headings.
+const std::vector<std::pair<const char*, const char*>>& efficiency_columns() {
+  static const std::vector<std::pair<const char*, const char*>> columns = {
+      {"decode", "decode_%bw"}, {"prefill", "prefill_%gemm"}, {"vision", "vision_%gemm"}};
+  return columns;
+}
+
+double number_or(const nlohmann::json& object, const char* key, double fallback) {
+  return object.contains(key) && object[key].is_number() ? object[key].get<double>() : fallback;
+}
+
 }  // namespace
+
+nlohmann::json efficiency(const BenchRow& row, const nlohmann::json& machine) {
+  nlohmann::json out = nlohmann::json::object();
+  if (row.runs.empty() || !machine.contains("read_gb_s")) return out;
+  const nlohmann::json& first = row.runs[0];  // the work is the same in every run
+  const double bandwidth = machine["read_gb_s"].get<double>() * 1e9;
+  const double gemm = machine["bf16_gflop_s"].get<double>() * 1e9;
+  const double bytes = number_or(first, "decode_weight_bytes", 0);
+  if (bytes > 0 && bandwidth > 0) out["decode"] = bytes * median(values_of(row, "decode_tok_s")) / bandwidth;
+  const double prefill = number_or(first, "prefill_flops", 0), tokens = number_or(first, "prompt_tokens", 0);
+  if (prefill > 0 && tokens > 0 && gemm > 0)
+    out["prefill"] = prefill / tokens * median(values_of(row, "prefill_tok_s")) / gemm;
+  const double vision = number_or(first, "vision_flops", 0), vision_s = median(values_of(row, "vision_s"));
+  if (vision > 0 && vision_s > 0 && gemm > 0) out["vision"] = vision / vision_s / gemm;
+  return out;
+}
 
 const std::vector<BenchMeasure>& bench_measures() {
   static const std::vector<BenchMeasure> measures = {
@@ -49,7 +76,7 @@ double median(std::vector<double> values) {
   return values.size() % 2 == 1 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
 }
 
-nlohmann::json bench_json(const std::vector<BenchRow>& rows) {
+nlohmann::json bench_json(const std::vector<BenchRow>& rows, const nlohmann::json& machine) {
   const std::vector<BenchMeasure> measures = reported_measures(rows);
   nlohmann::json out = nlohmann::json::array();
   for (const BenchRow& row : rows) {
@@ -63,21 +90,31 @@ nlohmann::json bench_json(const std::vector<BenchRow>& rows) {
       minima[m.key] = minimum(values);
     }
     entry["min"] = minima;
+    entry["efficiency"] = efficiency(row, machine);
+    entry["machine"] = machine;
     entry["runs"] = row.runs;
     out.push_back(entry);
   }
   return out;
 }
 
-std::string bench_table(const std::vector<BenchRow>& rows) {
+std::string bench_table(const std::vector<BenchRow>& rows, const nlohmann::json& machine) {
   const std::vector<BenchMeasure> measures = reported_measures(rows);
+  const bool probed = machine.contains("read_gb_s");
   std::vector<std::vector<std::string>> cells = {{"mode", "dtype", "quant"}};
   for (const BenchMeasure& m : measures) cells[0].push_back(m.key);
+  if (probed)
+    for (const auto& column : efficiency_columns()) cells[0].push_back(column.second);
   for (const BenchRow& row : rows) {
     std::vector<std::string> line = {row.mode, row.dtype, row.quant};
     for (const BenchMeasure& m : measures) {
       const std::vector<double> values = values_of(row, m.key);
       line.push_back(fmt::format("{:.{}f} ({:.{}f})", median(values), m.decimals, minimum(values), m.decimals));
+    }
+    if (probed) {
+      const nlohmann::json e = efficiency(row, machine);
+      for (const auto& column : efficiency_columns())
+        line.push_back(e.contains(column.first) ? fmt::format("{:.0f}%", 100 * e[column.first].get<double>()) : "-");
     }
     cells.push_back(line);
   }

@@ -9,6 +9,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "bench_machine.h"
 #include "bench_process.h"
 #include "bench_report.h"
 #include "commands.h"
@@ -17,6 +18,8 @@
 #include "qvl/image/decode.h"
 #include "qvl/image/preprocess.h"
 #include "qvl/kernels/cpu.h"
+#include "qvl/model/model_cost.h"
+#include "qvl/session/threads.h"
 #include "qvl/text/chat.h"
 
 namespace qvl::app {
@@ -43,6 +46,8 @@ struct BenchFlags {
   int64_t max_new_tokens = 32;
   int64_t batch = 1;
   bool json = false;
+  int contend = 0;      // busy-loop processes beside each run
+  bool probe = true;    // measure the machine's ceilings first
 };
 
 // What the parent passes to one bench-run child.
@@ -117,6 +122,13 @@ int run_bench_child(const RunFlags& f) {
       {"ttft_s", a.timings.ttft_s},
       {"stop_reason", a.stop_reason},
   };
+  // The work behind the figures (model/model_cost.h), for the efficiency fields.
+  const ModelConfig& cfg = session.config();
+  std::vector<int64_t> patches;
+  for (const ImageGrid& g : a.grids) patches.push_back(g.patches());
+  run["decode_weight_bytes"] = decode_weight_bytes_per_token(cfg.text, options.dtype, options.quant);
+  run["prefill_flops"] = prefill_flops(cfg.text, a.prompt_tokens);
+  run["vision_flops"] = vision_flops(cfg.vision, patches);
   if (f.batch > 1) {
     // The same question as `batch` independent requests decoded together (the
     // image's features come from the cache: this times prefill and decode).
@@ -190,6 +202,11 @@ int run_bench(const BenchFlags& f) {
       for (const std::string& quant : or_default(f.quants, kSupportedQuants)) rows.push_back({mode, dtype, quant, {}});
 
   const bool progress = !f.model.quiet;
+  // The machine's ceilings, measured before the runs (and without contenders).
+  configure_threads(f.model.threads, ComputeDtype::BF16);
+  if (progress && f.probe) fmt::print(stderr, "bench: measuring the machine (--no-probe skips this)\n");
+  const nlohmann::json machine = machine_json(f.probe);
+  if (progress) fmt::print(stderr, "bench: {}\n", machine_line(machine));
   if (progress)
     fmt::print(stderr, "bench: {} configuration{} x {} run{}, {} image{}, {} new tokens, question: \"{}\"\n",
                rows.size(), rows.size() == 1 ? "" : "s", f.repeat, f.repeat == 1 ? "" : "s", f.images.size(),
@@ -203,11 +220,20 @@ int run_bench(const BenchFlags& f) {
       std::vector<std::string> args = child_args(f, model_dir, prompt, row);
       if (f.model.verbose) fmt::print(stderr, "bench: qvl {}\n", fmt::join(args, " "));
       args.insert(args.end(), {"--spawned-at-ns", std::to_string(monotonic_ns())});
-      const ChildResult child = run_self(args);
+      const double load_before = load_average_1m();
+      ChildResult child;
+      {
+        BusyLoops contenders(f.contend);  // stopped as soon as the run ends, or throws
+        child = run_self(args);
+      }
+      const double load_after = load_average_1m();
       if (!child.ok())
         throw Error(fmt::format("bench run {} {} {} failed: {}", row.mode, row.dtype, row.quant,
                                 failure_reason(child)));
       row.runs.push_back(parse_run(child, row));
+      row.runs.back()["contenders"] = f.contend;
+      row.runs.back()["load_avg_before"] = load_before;
+      row.runs.back()["load_avg_after"] = load_after;
       const nlohmann::json& r = row.runs.back();
       ++done;
       if (progress) {
@@ -225,12 +251,15 @@ int run_bench(const BenchFlags& f) {
   }
 
   if (f.json) {
-    fmt::print("{}\n", bench_json(rows).dump());
+    fmt::print("{}\n", bench_json(rows, machine).dump());
   } else {
-    fmt::print("{}", bench_table(rows));
-    fmt::print("median (min) of {} run{} each in a fresh process; load_s: process start to model ready; "
-               "ttft_s: question to first token\nkernels: {}\n",
-               f.repeat, f.repeat == 1 ? "" : "s", kernels::isa_description());
+    fmt::print("{}", bench_table(rows, machine));
+    fmt::print("median (min) of {} run{} each in a fresh process{}; load_s: process start to model ready; "
+               "ttft_s: question to first token\nkernels: {}\nmachine: {}\n",
+               f.repeat, f.repeat == 1 ? "" : "s",
+               f.contend > 0 ? fmt::format(", beside {} busy-loop process{}", f.contend, f.contend == 1 ? "" : "es")
+                             : "",
+               kernels::isa_description(), machine_line(machine));
   }
   return kOk;
 }
@@ -293,6 +322,14 @@ void register_bench(CLI::App& app, int& exit_code) {
                   "batch_decode_tok_s, the tokens/s of all of them")
       ->check(CLI::Range(int64_t(1), int64_t(64)))
       ->capture_default_str();
+  cmd->add_option("--contend", f->contend,
+                  "Run each measurement beside N CPU-bound busy-loop processes (killed when the run ends): "
+                  "qvl's speed on a machine shared with other work")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
+  cmd->add_flag("!--no-probe", f->probe,
+                "Skip the machine probe (memory bandwidth, bf16 GEMM and int8 throughput, ~3 s) and the "
+                "efficiency figures");
   cmd->add_flag("--json", f->json, "Print a JSON array (one object per configuration, with every run) instead of the table");
   cmd->callback([f, &exit_code] { exit_code = run_bench(*f); });
   register_bench_run(app, exit_code);

@@ -15,28 +15,11 @@
 #include "qvl/error.h"
 #include "qvl/kernels/cpu.h"
 
-// A float32 run uses OpenBLAS's own threads beside libgomp's (ATen, oneDNN,
-// our kernels). libgomp's threads spin-wait after each parallel region and
-// take the cores OpenBLAS needs: on the 2B model f32 prefill ran 7.7 tok/s
-// with spinning, 18 without. bf16 runs barely touch OpenBLAS and decode faster
-// with spinning. libgomp reads its wait policy once, at start-up, so a
-// float32 run restarts itself once with OMP_WAIT_POLICY=PASSIVE, unless the
-// user chose a policy.
-static void restart_f32_runs_with_passive_openmp(int argc, char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY")) return;
-  bool f32 = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--dtype=f32" || (arg == "--dtype" && i + 1 < argc && std::string(argv[i + 1]) == "f32")) f32 = true;
-  }
-  if (!f32) return;
-  ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  ::execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
-}
+// libgomp's wait policy (spin briefly, then sleep; float32 runs sleep at
+// once) is chosen before main: see openmp_wait_policy.cpp.
 
 int main(int argc, char** argv) {
   using namespace qvl::app;
-  restart_f32_runs_with_passive_openmp(argc, argv);
   CLI::App app{"qvl - ask Qwen3-VL about images, on a CPU"};
   app.require_subcommand(1);
   // The CPU tier is chosen once, here, so a bad QVL_ISA is reported before any work.

@@ -36,11 +36,33 @@ for r in rows:
     # Process start to ready covers more than constructing the Session.
     assert run["load_s"] >= run["session_load_s"] > 0, f"{where}: load_s {run['load_s']} < session {run['session_load_s']}"
     assert run["ttft_s"] >= run["vision_s"], f"{where}: ttft {run['ttft_s']} shorter than the vision encoder"
-print("ok: JSON has both modes with every measure positive")
+    # The machine probe (on by default) and the efficiencies it allows.
+    m = r["machine"]
+    assert isinstance(m["cpu"], str) and m["cpu"] and m["isa"] and m["threads"] >= 1, f"{where}: machine {m}"
+    for key in ("read_gb_s", "bf16_gflop_s", "int8_gop_s"):
+        assert positive(m[key]), f"{where}: machine.{key} = {m.get(key)!r}"
+    assert m == rows[0]["machine"], "one machine for every configuration"
+    for key in ("decode_weight_bytes", "prefill_flops", "vision_flops"):
+        assert positive(run[key]), f"{where}: run.{key} = {run.get(key)!r}"
+    e = r["efficiency"]
+    assert sorted(e) == ["decode", "prefill", "vision"], f"{where}: efficiency fields {sorted(e)}"
+    # decode = bytes per token x tok/s / bandwidth, from the reported figures.
+    want = run["decode_weight_bytes"] * r["decode_tok_s"] / (m["read_gb_s"] * 1e9)
+    assert abs(e["decode"] - want) <= 1e-9 * want, f"{where}: decode efficiency {e['decode']} != {want}"
+    want = run["vision_flops"] / r["vision_s"] / (m["bf16_gflop_s"] * 1e9)
+    assert abs(e["vision"] - want) <= 1e-9 * want, f"{where}: vision efficiency {e['vision']} != {want}"
+    assert all(positive(v) for v in e.values()), f"{where}: efficiency {e}"
+    assert run["contenders"] == 0, f"{where}: {run['contenders']} contenders without --contend"
+# Bytes per decode token, worked out by hand in tests/unit/test_model_cost.cpp:
+# bf16 2 x (5095424 matrix + 1312 vector elements); int8 pads the tiny model's
+# 32-wide rows to groups of 128 bytes (+ a float scale each), so it is larger.
+by_quant = {r["quant"]: r["runs"][0]["decode_weight_bytes"] for r in rows}
+assert by_quant == {"none": 10193472, "int8": 20784704}, f"decode bytes {by_quant}"
+print("ok: JSON has both modes with every measure positive, the machine and the efficiencies")
 PY
 
 # Text only (no --image), two dtypes, two runs each: medians and minima follow from the raw runs.
-"$QVL" bench --model "$MODEL" --load lazy --dtype bf16,f32 --quant none --repeat 2 -n 3 --json \
+"$QVL" bench --model "$MODEL" --load lazy --dtype bf16,f32 --quant none --repeat 2 -n 3 --no-probe --json \
   > "$TMP/text.json" 2> "$TMP/text.err"
 rc=$?
 check "text-only bench over two dtypes exits 0" "[ $rc -eq 0 ] || { cat '$TMP/text.err'; false; }"
@@ -58,17 +80,34 @@ for r in rows:
         assert r["min"][key] == min(values), f"{r['dtype']}: min.{key} {r['min'][key]} is not the min of {values}"
         assert r[key] > 0, f"{r['dtype']}: {key} = {r[key]}"
     assert all(run["dtype"] == r["dtype"] for run in r["runs"]), f"{r['dtype']}: runs measured another dtype"
+    # --no-probe: the machine is named but not measured, so no efficiency.
+    assert r["machine"]["threads"] >= 1 and "read_gb_s" not in r["machine"], f"{r['dtype']}: machine {r['machine']}"
+    assert r["efficiency"] == {}, f"{r['dtype']}: efficiency {r['efficiency']} without a probe"
 print("ok: text-only medians and minima follow from the runs")
 PY
 
 # The table: a header and one row per mode.
-"$QVL" bench --model "$MODEL" --image "$DATA/images/small.png" --repeat 1 -n 2 > "$TMP/table.txt" 2> "$TMP/table.err"
+"$QVL" bench --model "$MODEL" --image "$DATA/images/small.png" --repeat 1 -n 2 --no-probe > "$TMP/table.txt" 2> "$TMP/table.err"
 rc=$?
 check "table mode exits 0" "[ $rc -eq 0 ] || { cat '$TMP/table.err'; false; }"
 check "... with a header naming the measures" \
   "head -1 '$TMP/table.txt' | grep -q '^mode  *dtype  *quant  *load_s  *peak_rss_mb  *vision_s  *prefill_tok_s  *decode_tok_s  *ttft_s\$'"
 check "... a lazy row" "grep -Eq '^lazy +bf16 +none( +[0-9.]+ \([0-9.]+\)){6}\$' '$TMP/table.txt'"
 check "... an eager row" "grep -Eq '^eager +bf16 +none( +[0-9.]+ \([0-9.]+\)){6}\$' '$TMP/table.txt'"
+check "... and a machine line, not probed" "grep -Eq '^machine: .+, [0-9]+ threads? \(not probed\)\$' '$TMP/table.txt'"
+
+# Probed, beside one busy-loop process: efficiency columns, the machine's
+# ceilings, and no busy loop left behind.
+"$QVL" bench --model "$MODEL" --load eager --quant none --repeat 1 -n 2 --contend 1 > "$TMP/contend.txt" 2> "$TMP/contend.err"
+rc=$?
+check "--contend 1 exits 0" "[ $rc -eq 0 ] || { cat '$TMP/contend.err'; false; }"
+check "... with the efficiency columns" "head -1 '$TMP/contend.txt' | grep -q 'ttft_s  *decode_%bw  *prefill_%gemm  *vision_%gemm\$'"
+check "... a row with percentages (vision: none, text only)" "grep -Eq '^eager +bf16 +none( +[0-9.]+ \([0-9.]+\)){6} +[0-9]+% +[0-9]+% +-\$' '$TMP/contend.txt'"
+check "... saying the runs were contended" "grep -q 'beside 1 busy-loop process;' '$TMP/contend.txt'"
+check "... and what the machine did" "grep -Eq '^machine: .+: read [0-9.]+ GB/s, bf16 GEMM [0-9]+ GFLOP/s, int8 GEMV [0-9]+ GOP/s\$' '$TMP/contend.txt'"
+check "... leaving no busy-loop process running" "! pgrep -f 'bench --model .*--contend 1\$' > /dev/null"
+"$QVL" bench --model "$MODEL" --contend -1 > /dev/null 2>&1
+check "--contend -1 exits 2" "[ $? -eq 2 ]"
 
 # Unsupported selections: exit 2 with a message naming the value and what is supported.
 "$QVL" bench --model "$MODEL" --quant int4 > "$TMP/quant.out" 2> "$TMP/quant.err"
