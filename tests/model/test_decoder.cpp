@@ -14,6 +14,7 @@
 #include "qvl/decoder/layer.h"
 #include "qvl/decoder/rope.h"
 #include "qvl/decoder/torch_view.h"
+#include "qvl/decoder/weights.h"
 #include "qvl/error.h"
 #include "qvl/io/safetensors.h"
 #include "qvl/model/config.h"
@@ -53,11 +54,12 @@ std::vector<int32_t> prompt_ids(const std::string& name) {
 
 double max_abs(const at::Tensor& a) { return a.to(at::kFloat).abs().max().item<double>(); }
 
-Decoder make_decoder(at::ScalarType dtype, bool lazy = true, int64_t max_context = 256) {
+Decoder make_decoder(at::ScalarType dtype, bool lazy = true, int64_t max_context = 256, bool prefetch = true) {
   DecoderOptions o;
   o.dtype = dtype;
   o.lazy = lazy;
   o.max_context = max_context;
+  o.prefetch = prefetch;
   return Decoder(tiny_checkpoint(), tiny_config(), o);
 }
 
@@ -324,18 +326,48 @@ TEST_CASE("decoder lazy and eager loading give identical results") {
     CAPTURE(dtype);
     Decoder lazy = make_decoder(dtype, true);
     Decoder eager = make_decoder(dtype, false);
+    Decoder unprefetched = make_decoder(dtype, true, 256, /*prefetch=*/false);
     CHECK(lazy.layers_loaded() == 0);
     CHECK(eager.layers_loaded() == tiny_config().num_hidden_layers);
     const Prompt p = load_prompt("one_image");
     ForwardTrace t_lazy, t_eager;
     at::Tensor a = lazy.prefill(0, p.embeds, p.positions, p.deepstack_ptr(), false, &t_lazy);
     at::Tensor b = eager.prefill(0, p.embeds, p.positions, p.deepstack_ptr(), false, &t_eager);
+    at::Tensor c = unprefetched.prefill(0, p.embeds, p.positions, p.deepstack_ptr(), false, nullptr);
     CHECK(lazy.layers_loaded() == tiny_config().num_hidden_layers);
     CHECK(at::equal(a, b));
+    CHECK(at::equal(a, c));
     REQUIRE(t_lazy.hidden_states.size() == t_eager.hidden_states.size());
     for (size_t k = 0; k < t_lazy.hidden_states.size(); ++k)
       CHECK(at::equal(t_lazy.hidden_states[k], t_eager.hidden_states[k]));
   }
+}
+
+TEST_CASE("decoder lazy prefetch: covers every text weight a forward pass reads, once; off when eager or asked") {
+  const Checkpoint& ckpt = tiny_checkpoint();
+  const TextConfig& cfg = tiny_config();
+  // What a forward pass reads, from the checkpoint's own list: every text
+  // tensor, the embedding table only as the tied lm_head (lookups read rows).
+  size_t expected = 0;
+  for (const std::string& name : ckpt.names()) {
+    const bool text = name.rfind("model.language_model.", 0) == 0 || name == "lm_head.weight";
+    const bool embed = name == "model.language_model.embed_tokens.weight";
+    if (text && (!embed || cfg.tie_word_embeddings)) expected += ckpt.get(name).nbytes;
+  }
+  REQUIRE(expected > 0);
+  DecoderOptions o;
+  o.dtype = at::kBFloat16;
+  DecoderWeights lazy(ckpt, cfg, o);
+  REQUIRE(lazy.prefetcher() != nullptr);
+  lazy.prefetcher()->wait();
+  CHECK(lazy.prefetcher()->error() == 0);
+  CHECK(lazy.prefetcher()->bytes_done() == expected);
+  CHECK(lazy.layers_loaded() == 0);  // pages only: no tensor is made ahead of its layer
+  o.prefetch = false;
+  CHECK(DecoderWeights(ckpt, cfg, o).prefetcher() == nullptr);
+  o.prefetch = true;
+  o.lazy = false;
+  CHECK(DecoderWeights(ckpt, cfg, o).prefetcher() == nullptr);
 }
 
 TEST_CASE("decoder: exceeding max_context is an error that leaves the cache as it was") {

@@ -25,6 +25,9 @@ struct DecoderOptions {
   std::string quant_cache_dir;
   int64_t int8_group_size = kDefaultInt8GroupSize;
   NoteCallback on_note;
+  // Lazy only: map the weights' pages in on a background thread, in the order
+  // a forward pass reads them, while the caller does other work (io/page_prefetch.h).
+  bool prefetch = true;
 };
 
 }  // namespace qvl

@@ -88,7 +88,44 @@ DecoderWeights::DecoderWeights(const Checkpoint& ckpt, const TextConfig& cfg, co
   if (!lazy_) {
     load_globals();
     for (size_t i = 0; i < layers_.size(); ++i) load_layer(static_cast<int64_t>(i));
+  } else if (opts.prefetch) {
+    prefetch_ = std::make_unique<PagePrefetcher>(forward_byte_order());
   }
+}
+
+std::vector<ByteRange> DecoderWeights::forward_byte_order() const {
+  std::vector<ByteRange> order;
+  auto add = [&](const Source& s) {
+    if (s.view) order.push_back({s.view->data, s.view->nbytes});
+  };
+  auto add_projection = [&](const Source& s, const std::string& name) {
+    if (!int8_) return add(s);
+    const kernels::Int8Matrix& m = int8_->get(name);
+    order.push_back({m.weights, m.weight_bytes()});
+    order.push_back({m.scales, m.scale_bytes()});
+  };
+  for (size_t i = 0; i < layer_srcs_.size(); ++i) {
+    const LayerSources& s = layer_srcs_[i];
+    const int64_t layer = int64_t(i);
+    for (const Source* small : {&s.input_norm, &s.post_attention_norm, &s.q_bias, &s.k_bias, &s.v_bias, &s.o_bias,
+                                &s.q_norm, &s.k_norm})
+      add(*small);
+    add_projection(s.q_proj, int8_name(layer, "q_proj"));
+    add_projection(s.k_proj, int8_name(layer, "k_proj"));
+    add_projection(s.v_proj, int8_name(layer, "v_proj"));
+    add_projection(s.o_proj, int8_name(layer, "o_proj"));
+    add_projection(s.gate_proj, int8_name(layer, "gate_proj"));
+    add_projection(s.up_proj, int8_name(layer, "up_proj"));
+    add_projection(s.down_proj, int8_name(layer, "down_proj"));
+  }
+  add(norm_src_);
+  // The embedding table serves lookups of a few rows; whole, it is read only
+  // as the (tied) lm_head, after the last layer.
+  if (int8_)
+    add_projection(lm_head_src_, kInt8LmHead);
+  else
+    add(lm_head_src_);
+  return order;
 }
 
 DecoderWeights::Source DecoderWeights::require(const ExpectedTensor& tensor) {

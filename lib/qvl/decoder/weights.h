@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "qvl/decoder/options.h"
+#include "qvl/io/page_prefetch.h"
 #include "qvl/io/safetensors.h"
 #include "qvl/kernels/int8_cache.h"
 #include "qvl/tensor/linear.h"
@@ -48,6 +49,8 @@ class DecoderWeights {
   const LayerWeights& layer(int64_t i);
 
   int64_t layers_loaded() const;
+  // The lazy-mode prefetch thread (null when off or eager), for tests.
+  PagePrefetcher* prefetcher() { return prefetch_.get(); }
 
  private:
   // A checkpoint tensor checked against the config, not yet turned into an at::Tensor.
@@ -65,6 +68,8 @@ class DecoderWeights {
   tensor::LinearWeight projection(const Source& s, const std::string& int8_name) const;
   void load_layer(int64_t i);
   void load_globals();
+  // The bytes a forward pass reads, in the order it reads them.
+  std::vector<ByteRange> forward_byte_order() const;
 
   const Checkpoint& ckpt_;
   at::ScalarType dtype_;
@@ -80,6 +85,8 @@ class DecoderWeights {
   tensor::LinearWeight lm_head_;
   std::vector<LayerWeights> layers_;
   std::vector<bool> layer_loaded_;
+  // Last: stopped and joined before the mappings it reads (int8_) go.
+  std::unique_ptr<PagePrefetcher> prefetch_;
 };
 
 }  // namespace qvl

@@ -101,6 +101,22 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   return *this;
 }
 
+int populate_pages(const void* data, size_t nbytes) {
+  if (nbytes == 0) return 0;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data) & ~(page - 1);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(data) + nbytes;
+#ifndef MADV_POPULATE_READ
+  constexpr int MADV_POPULATE_READ = 22;  // Linux 5.14; older headers lack it
+#endif
+  if (::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ) == 0) return 0;
+  const int e = errno;
+  if (e != EINVAL) return e;
+  // An older kernel: readahead only, which never faults.
+  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_WILLNEED);
+  return 0;
+}
+
 std::string read_text_file(const std::string& path, int64_t max_bytes) {
   const int fd = open_regular_file(path);
   struct stat st {};

@@ -27,6 +27,14 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+// Maps the pages of [data, data + nbytes) (inside a read-only file mapping)
+// into the page tables now, reading them from disk first if need be, so later
+// reads do not fault. Returns 0 on success, else the errno: EFAULT where a
+// read would raise SIGBUS (the file was truncated after it was mapped), so a
+// caller learns of it without a signal. On kernels without
+// MADV_POPULATE_READ (before 5.14) it only starts readahead and returns 0.
+int populate_pages(const void* data, size_t nbytes);
+
 // Every file qvl reads goes through these two, so that a FIFO, a socket or a
 // device is refused before anything opens it for reading (opening a FIFO
 // blocks until a writer comes; /dev/zero never ends).

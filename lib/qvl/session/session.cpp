@@ -99,7 +99,8 @@ Session::Impl::Impl(const SessionOptions& o, Clock::time_point t0)
       config(load_model_config(o.model_dir)),
       preprocessor(load_preprocessor_config(o.model_dir)),
       generation(load_generation_config(o.model_dir)),
-      tokenizer(Tokenizer::load_from_model_dir(o.model_dir)),
+      tokenizer_load(
+          std::async(std::launch::async, [dir = o.model_dir] { return Tokenizer::load_from_model_dir(dir); }).share()),
       checkpoint(open_checkpoint(o.model_dir, config)),
       budget(config, MemoryOptions{o.dtype, o.quant, o.max_context, o.threads}, o.max_memory_mb),
       dtype(scalar_type_of(o.dtype)),
@@ -183,13 +184,13 @@ int64_t Session::Impl::text_tokens(const std::vector<Message>& turn) {
   const size_t n_images = image_paths(turn).size();
   const std::string prefix = assistant_turn_open ? "<|im_end|>\n" : "";
   const std::string prompt = expand_image_pads(prefix + render_chat(turn), std::vector<int64_t>(n_images, 1));
-  return int64_t(pending.size() + tokenizer.encode(prompt).size() - n_images);
+  return int64_t(pending.size() + tokenizer().encode(prompt).size() - n_images);
 }
 
 int64_t Session::request_text_tokens(const std::vector<Message>& turn) const {
   const size_t n_images = image_paths(turn).size();
   const std::string prompt = expand_image_pads(render_chat(turn), std::vector<int64_t>(n_images, 1));
-  return int64_t(impl_->tokenizer.encode(prompt).size() - n_images);
+  return int64_t(impl_->tokenizer().encode(prompt).size() - n_images);
 }
 
 PreprocessorConfig Session::Impl::fit_to_context(const std::vector<Message>& turn,
@@ -271,7 +272,7 @@ std::vector<int32_t> Session::Impl::prompt_ids(const std::vector<Message>& turn,
   std::vector<int64_t> pads;
   for (const auto& img : images) pads.push_back(img.grid.tokens(s.config.vision.spatial_merge_size));
   const std::string prompt = expand_image_pads(prefix + render_chat(turn), pads);
-  for (auto id : s.tokenizer.encode(prompt)) ids.push_back(int32_t(id));
+  for (auto id : s.tokenizer().encode(prompt)) ids.push_back(int32_t(id));
   return ids;
 }
 

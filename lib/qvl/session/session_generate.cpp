@@ -57,7 +57,7 @@ std::unique_ptr<Reply> Session::Impl::start_reply(int64_t sequence, SequenceStat
   state.next_position = in.next_position;
   state.context.insert(state.context.end(), ids.begin(), ids.end());
   answer.timings.prefill_s = seconds_since(t_prefill);
-  return std::make_unique<Reply>(sampling, tokenizer, sequence, state, to_floats(logits), t_start, on_text,
+  return std::make_unique<Reply>(sampling, tokenizer(), sequence, state, to_floats(logits), t_start, on_text,
                                  options.keep_first_logits);
 }
 

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -51,7 +52,11 @@ struct Session::Impl {
   ModelConfig config;
   PreprocessorConfig preprocessor;
   GenerationConfig generation;
-  Tokenizer tokenizer;
+  // tokenizer.json (11 MB of JSON for Qwen3-VL) is parsed on a thread while
+  // the checkpoint opens and the first question is prepared; tokenizer()
+  // waits for it and rethrows its error.
+  std::shared_future<Tokenizer> tokenizer_load;
+  const Tokenizer& tokenizer() const { return tokenizer_load.get(); }
   Checkpoint checkpoint;
   MemoryBudget budget;  // refuses before the decoder maps or converts any weight
   at::ScalarType dtype;

@@ -1,0 +1,167 @@
+// Where the vision tower's time goes, on the 2B shapes with random weights
+// (speed does not depend on values): qvl's native blocks (vision_blocks.h)
+// whole, then the same 24 blocks' linears alone through tensor::linear and
+// through plain ATen (at::linear, as Python torch runs them), the attention
+// alone, and the ops between the matmuls. Minimum of the repetitions.
+//
+//   qvl_bench_vision MODEL_DIR [patch_rows=30] [patch_cols=40] [repetitions=3] [threads=all cores]
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <fmt/core.h>
+
+#include <chrono>
+#include <ctime>
+#include <sys/resource.h>
+#include <cstdlib>
+#include <functional>
+#include <thread>
+#include <map>
+#include <string>
+
+#include "qvl/kernels/vision_ops.h"
+#include "qvl/model/config.h"
+#include "qvl/tensor/linear.h"
+#include "qvl/vision/positions.h"
+#include "qvl/vision/vision_blocks.h"
+
+using namespace qvl;
+
+namespace {
+
+double process_cpu_s() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + double(t.tv_nsec) / 1e9;
+}
+
+// CPU seconds of the whole process, min over the repetitions, beside the
+// wall-clock time: on a machine shared with other work the CPU time of one
+// thread (or of passive-waiting threads) is the steadier figure.
+double g_cpu = 0;
+long g_faults = 0;  // minor page faults of the last repetition (fresh pages for new buffers)
+long minor_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
+double best_of(int reps, const std::function<void()>& f) {
+  double best = 1e30;
+  g_cpu = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const double c0 = process_cpu_s();
+    const long f0 = minor_faults();
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    g_cpu = std::min(g_cpu, process_cpu_s() - c0);
+    g_faults = minor_faults() - f0;
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    fmt::print(stderr, "usage: qvl_bench_vision MODEL_DIR [patch_rows=30] [patch_cols=40] [repetitions=3]\n");
+    return 2;
+  }
+  const VisionConfig cfg = load_model_config(argv[1]).vision;
+  ImageGrid grid;
+  grid.h = argc > 2 ? std::atoll(argv[2]) : 30;
+  grid.w = argc > 3 ? std::atoll(argv[3]) : 40;
+  const int reps = argc > 4 ? std::atoi(argv[4]) : 3;
+  at::set_num_threads(argc > 5 ? std::atoi(argv[5]) : int(std::thread::hardware_concurrency()));
+  at::NoGradGuard no_grad;
+  const int64_t n = grid.patches(), hidden = cfg.hidden_size, inner = cfg.intermediate_size;
+  const auto bf16 = at::TensorOptions().dtype(at::kBFloat16);
+
+  std::map<std::string, at::Tensor> params;
+  for (int64_t i = 0; i < cfg.depth; ++i) {
+    const std::string p = fmt::format("blocks.{}.", i);
+    params[p + "attn.qkv.weight"] = at::randn({3 * hidden, hidden}, bf16) * 0.02;
+    params[p + "attn.qkv.bias"] = at::randn({3 * hidden}, bf16) * 0.02;
+    params[p + "attn.proj.weight"] = at::randn({hidden, hidden}, bf16) * 0.02;
+    params[p + "attn.proj.bias"] = at::randn({hidden}, bf16) * 0.02;
+    params[p + "mlp.linear_fc1.weight"] = at::randn({inner, hidden}, bf16) * 0.02;
+    params[p + "mlp.linear_fc1.bias"] = at::randn({inner}, bf16) * 0.02;
+    params[p + "mlp.linear_fc2.weight"] = at::randn({hidden, inner}, bf16) * 0.02;
+    params[p + "mlp.linear_fc2.bias"] = at::randn({hidden}, bf16) * 0.02;
+    for (const char* norm : {"norm1.", "norm2."}) {
+      params[p + norm + "weight"] = at::ones({hidden}, bf16);
+      params[p + norm + "bias"] = at::zeros({hidden}, bf16);
+    }
+  }
+  VisionBlocks blocks(cfg, params);
+  const VisionPositions pos = vision_positions(cfg, {grid});
+  const at::Tensor x = at::randn({n, hidden}, bf16);
+
+  std::vector<at::Tensor> taps;
+  const double whole = best_of(reps, [&] {
+    taps.clear();
+    blocks.run(x, pos, &taps);
+  });
+  const double whole_cpu = g_cpu;
+  const long whole_faults = g_faults;
+
+  // The 96 linears, each on an input of its own shape.
+  const at::Tensor xh = at::randn({n, hidden}, bf16), xi = at::randn({n, inner}, bf16);
+  auto linears = [&](const std::function<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&)>& lin) {
+    return best_of(reps, [&] {
+      for (int64_t i = 0; i < cfg.depth; ++i) {
+        const std::string p = fmt::format("blocks.{}.", i);
+        lin(xh, params[p + "attn.qkv.weight"], params[p + "attn.qkv.bias"]);
+        lin(xh, params[p + "attn.proj.weight"], params[p + "attn.proj.bias"]);
+        lin(xh, params[p + "mlp.linear_fc1.weight"], params[p + "mlp.linear_fc1.bias"]);
+        lin(xi, params[p + "mlp.linear_fc2.weight"], params[p + "mlp.linear_fc2.bias"]);
+      }
+    });
+  };
+  const double qvl_linears = linears([](const at::Tensor& a, const at::Tensor& w, const at::Tensor& b) {
+    return tensor::linear(a, w, b);
+  });
+  const double qvl_linears_cpu = g_cpu;
+  const double aten_linears = linears([](const at::Tensor& a, const at::Tensor& w, const at::Tensor& b) {
+    return at::linear(a, w, b);
+  });
+  const double aten_linears_cpu = g_cpu;
+
+  // Attention's two matmuls per head and query block, as vision_blocks.cpp does them.
+  const int64_t heads = cfg.num_heads, head_dim = hidden / heads;
+  const at::Tensor q = at::randn({heads, n, head_dim}, bf16), k = at::randn({heads, n, head_dim}, bf16);
+  const double attention_mm = best_of(reps, [&] {
+    for (int64_t i = 0; i < cfg.depth; ++i) {
+      at::Tensor scores = tensor::matmul(q, k.transpose(1, 2));
+      at::Tensor out = tensor::matmul(scores, k);
+    }
+  });
+  const double attention_cpu = g_cpu;
+  at::Tensor ln_out = at::empty_like(xh), g = xi.clone();
+  std::vector<float> ones(size_t(hidden), 1.f), zeros(size_t(hidden), 0.f);
+  const double between = best_of(reps, [&] {
+    for (int64_t i = 0; i < cfg.depth; ++i) {
+      for (int j = 0; j < 2; ++j)
+        kernels::add_layer_norm(kernels::Storage::BF16, const_cast<void*>(xh.data_ptr()), nullptr, ln_out.data_ptr(),
+                                ones.data(), zeros.data(), n, hidden, 1e-6f);
+      kernels::gelu_tanh(kernels::Storage::BF16, g.data_ptr(), g.numel());
+    }
+  });
+  const double between_cpu = g_cpu;
+
+  const double linear_flops = 2.0 * double(n) * double(hidden) * double(cfg.depth) * double(3 * hidden + hidden + 2 * inner);
+  const double attention_flops = 4.0 * double(n) * double(n) * double(hidden) * double(cfg.depth);
+  fmt::print("vision blocks, {} patches ({}x{}), {} blocks, bf16, {} threads, min of {}\n", n, grid.h, grid.w,
+             cfg.depth, at::get_num_threads(), reps);
+  fmt::print("                                      wall s   CPU s  GFLOP/s (wall)\n");
+  fmt::print("  whole blocks (VisionBlocks::run)   {:7.3f} {:7.3f}  {:6.1f} on linears+attention\n", whole, whole_cpu,
+             (linear_flops + attention_flops) / whole / 1e9);
+  fmt::print("  minor page faults in one run of the whole blocks: {}\n", whole_faults);
+  fmt::print("  96 linears, tensor::linear         {:7.3f} {:7.3f}  {:6.1f}\n", qvl_linears, qvl_linears_cpu,
+             linear_flops / qvl_linears / 1e9);
+  fmt::print("  96 linears, at::linear             {:7.3f} {:7.3f}  {:6.1f}\n", aten_linears, aten_linears_cpu,
+             linear_flops / aten_linears / 1e9);
+  fmt::print("  attention matmuls (whole heads)    {:7.3f} {:7.3f}  {:6.1f}\n", attention_mm, attention_cpu,
+             attention_flops / attention_mm / 1e9);
+  fmt::print("  layer norms + GELU                 {:7.3f} {:7.3f}\n", between, between_cpu);
+  return 0;
+}

@@ -1,0 +1,66 @@
+// io/page_prefetch.h and populate_pages: the pages of a mapping are read in
+// without a signal, also when the file shrank after it was mapped.
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <fstream>
+#include <string>
+
+#include "qvl/io/mapped_file.h"
+#include "qvl/io/page_prefetch.h"
+
+using namespace qvl;
+
+namespace {
+
+std::string write_file(const std::string& name, size_t bytes) {
+  const std::string path = "/tmp/qvl_test_" + std::to_string(::getpid()) + "_" + name;
+  std::ofstream out(path, std::ios::binary);
+  std::string chunk(1 << 16, '\x5a');
+  for (size_t done = 0; done < bytes; done += chunk.size()) out.write(chunk.data(), std::streamsize(std::min(chunk.size(), bytes - done)));
+  return path;
+}
+
+constexpr size_t kFileBytes = size_t(12) << 20;  // three prefetch pieces
+
+}  // namespace
+
+TEST_CASE("page prefetch: every byte of every range is populated, and reads the file's contents") {
+  const std::string path = write_file("prefetch_whole", kFileBytes);
+  MappedFile file(path);
+  CHECK(populate_pages(file.data() + 1, 10) == 0);
+  {
+    PagePrefetcher prefetch({{file.data(), kFileBytes / 2}, {file.data() + kFileBytes / 2, kFileBytes / 2}});
+    prefetch.wait();
+    CHECK(prefetch.error() == 0);
+    CHECK(prefetch.bytes_done() == kFileBytes);
+  }
+  CHECK(file.data()[kFileBytes - 1] == 0x5a);
+  ::unlink(path.c_str());
+}
+
+TEST_CASE("page prefetch: a file truncated after mapping stops the prefetch with EFAULT, not SIGBUS") {
+  const std::string path = write_file("prefetch_truncated", kFileBytes);
+  MappedFile file(path);
+  REQUIRE(::truncate(path.c_str(), 4096) == 0);  // the mapping still spans 12 MB
+  // Reading past the new end would raise SIGBUS; populate_pages reports it instead.
+  CHECK(populate_pages(file.data() + kFileBytes - 100, 100) == EFAULT);
+  PagePrefetcher prefetch({{file.data(), kFileBytes}});
+  prefetch.wait();
+  CHECK(prefetch.error() == EFAULT);
+  CHECK(prefetch.bytes_done() < kFileBytes);
+  ::unlink(path.c_str());
+}
+
+TEST_CASE("page prefetch: stop() ends the thread without reading everything") {
+  const std::string path = write_file("prefetch_stop", kFileBytes);
+  MappedFile file(path);
+  const size_t ranges = 20000;  // 240 GB of (repeated) ranges: seconds of work if stop() were ignored
+  PagePrefetcher prefetch(std::vector<ByteRange>(ranges, ByteRange{file.data(), kFileBytes}));
+  prefetch.stop();
+  CHECK(prefetch.error() == 0);
+  CHECK(prefetch.bytes_done() < ranges * kFileBytes / 10);
+  ::unlink(path.c_str());
+}
