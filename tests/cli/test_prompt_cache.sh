@@ -96,6 +96,10 @@ check "text before the image is part of the key: other text misses" \
 check "... the same text hits" \
   "[ \"\$(field look2 'j[\"prompt_cache\"][\"reused_tokens\"]')\" -gt 75 ] && same_tokens look1 look2 || dump '$TMP/look2.json'"
 
+# A prompt without an image has no reusable prefix: nothing is stored.
+"$QVL" ask --model "$MODEL" --greedy -n 2 --prompt-cache "$TMP/text-pc" "Why is the sky blue?" > /dev/null 2> "$TMP/text.err"
+check "a question without an image stores nothing" "[ \$(entries '$TMP/text-pc') -eq 0 ] || dump '$TMP/text.err'"
+
 # A damaged entry: said on stderr, recomputed (same tokens), rewritten (the next run hits).
 DPC="$TMP/damaged"
 ask d0 --dtype f32 --prompt-cache "$DPC" --image "$TMP/small.png" "$Q1"
