@@ -114,6 +114,25 @@ TEST_CASE("prompt entry: every damaged byte, a cut and a wrong payload size are 
   CHECK_NOTHROW(qvl::PromptEntryFile{path});  // the original is still whole
 }
 
+TEST_CASE("prompt entry: a header that lies about the payload is refused even with a right checksum") {
+  Scratch s;
+  const qvl::PromptEntryHeader h = small_header();
+  const std::string path = s.path + "/e.qkv";
+  write_entry(path, h, payload_for(h, 4));
+  const std::vector<uint8_t> good = read_all(path);
+  // The layout's four fields follow the key, the tokens and the next position.
+  const size_t layout_at = 32 + 8 + h.key.size() + 8 + 4 * h.tokens.size() + 8;
+  for (auto [field, value] : {std::pair<int, int64_t>{0, 3}, {1, int64_t(1) << 40}, {2, -4}, {3, 3}, {0, 1}}) {
+    CAPTURE(field);
+    std::vector<uint8_t> bad = good;
+    std::memcpy(bad.data() + layout_at + 8 * size_t(field), &value, 8);
+    const uint64_t sum = qvl::checksum64(bad.data() + 16, bad.size() - 16);
+    std::memcpy(bad.data() + 8, &sum, 8);
+    write_all(path, bad);
+    CHECK_THROWS_WITH_AS(qvl::PromptEntryFile{path}, doctest::Contains("does not match its header"), qvl::Error);
+  }
+}
+
 TEST_CASE("checksum64: pieces equal the whole, and one changed word or length changes it") {
   std::vector<uint8_t> data(1000);
   std::mt19937 rng(7);
