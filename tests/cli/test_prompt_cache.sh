@@ -142,6 +142,16 @@ check "the size bound keeps one entry" "[ \$(entries '$BPC') -eq 1 ]"
 ask b3 --dtype f32 --prompt-cache "$BPC" --prompt-cache-max-mb 1 --image "$TMP/photo.jpg" "$Q2"
 check "... the most recent one" "[ \"\$(field b3 'j[\"prompt_cache\"][\"reused_tokens\"]')\" != 0 ]"
 
+# Two runs writing the same entry at once: both answer, one whole entry, no temporaries.
+PPC="$TMP/parallel"
+ask p1 --dtype f32 --prompt-cache "$PPC" --image "$TMP/small.png" "$Q1" &
+ask p2 --dtype f32 --prompt-cache "$PPC" --image "$TMP/small.png" "$Q2" &
+wait
+ask p3 --dtype f32 --prompt-cache "$PPC" --image "$TMP/small.png" "$Q1"
+check "concurrent writers leave one whole entry" \
+  "[ \"\$(ls '$PPC')\" = \"\$(cd '$PPC' && ls prompt-*.qkv)\" ] && [ \$(entries '$PPC') -eq 1 ] && [ ! -s '$TMP/p3.err' ]"
+check "... which the next run uses" "[ \"\$(field p3 'j[\"prompt_cache\"][\"reused_tokens\"]')\" = 75 ] && same_tokens p1 p3"
+
 # chat: the first turn of a conversation uses the prompt cache too.
 CPC="$TMP/chat-pc"
 for run in 1 2; do

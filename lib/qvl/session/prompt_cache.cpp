@@ -88,9 +88,14 @@ bool PromptCache::store(const PromptPrefix& prefix, const Decoder& decoder, int6
   const std::string path = dir_.path_for(prefix.key);
   std::string error;
   const int64_t size = int64_t(header.payload_bytes()) + 4096 + int64_t(header.key.size() + 4 * n);
+  if (size > dir_.max_bytes()) {  // this entry only: a smaller one may still fit
+    note(fmt::format("prompt cache: not saved: the entry ({} MB) is larger than --prompt-cache-max-mb ({})",
+                     size >> 20, dir_.max_bytes() >> 20));
+    return false;
+  }
   if (dir_.publish(path, size, [&](const std::string& tmp) { write_prompt_entry(tmp, header, payload); }, &error))
     return true;
-  write_failed_ = true;
+  write_failed_ = true;  // the folder cannot be written: said once, not at every answer
   note("prompt cache: not saved: " + error);
   return false;
 }
