@@ -17,6 +17,20 @@
 #include "qvl/vision/module_builder.h"
 
 namespace qvl {
+namespace {
+
+// The program's own bytes: another build of qvl may compute the same keys and
+// values with other roundings (a new kernel), and a warm answer must be the
+// cold answer of the binary that gives it. A few milliseconds for ~3 MB.
+std::string program_hash() {
+  try {
+    return sha256_file_hex("/proc/self/exe").substr(0, 16);
+  } catch (const Error&) {
+    return "unknown";
+  }
+}
+
+}  // namespace
 
 void Session::Impl::open_prompt_cache() {
   if (!options.prompt_cache) return;
@@ -32,14 +46,15 @@ void Session::Impl::open_prompt_cache() {
   prompt_cache = std::make_unique<PromptCache>(dir, options.prompt_cache_max_mb << 20, options.on_note);
   // Everything but the prompt that decides the keys and values: the weights
   // and config.json, how the decoder computes (dtype, quantization, kernel
-  // tier, threads: the reductions' order may depend on them) and the vision
-  // encoder that makes the image features.
+  // tier, threads: the reductions' order may depend on them, the program
+  // itself) and the vision encoder that makes the image features.
   const std::string config_hash = sha256_hex(read_text_file(options.model_dir + "/config.json")).substr(0, 16);
   prompt_cache_model_key = fmt::format(
-      "qvl prompt cache v{}\nweights {} config {}\ndtype {} quant {} group {}\nkernels {} threads {}\nvision {}\n",
+      "qvl prompt cache v{}\nweights {} config {}\ndtype {} quant {} group {}\nkernels {} threads {} program {}\n"
+      "vision {}\n",
       kPromptEntryVersion, checkpoint.fingerprint(), config_hash, name_of(options.dtype), name_of(options.quant),
       options.quant == WeightQuant::None ? 0 : kDefaultInt8GroupSize, kernels::isa_name(kernels::active_isa()),
-      at::get_num_threads(), vision_module_version());
+      at::get_num_threads(), program_hash(), vision_module_version());
 }
 
 std::unique_ptr<Reply> Session::Impl::start_reply_with_prompt_cache(
