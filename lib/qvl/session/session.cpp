@@ -107,7 +107,6 @@ Session::Impl::Impl(const SessionOptions& o, Clock::time_point t0)
       feature_cache(o.feature_cache_mb << 20) {
   preprocessor = apply_image_bounds(preprocessor, {o.min_pixels, o.max_pixels, o.max_image_tokens});
   stats.max_context = o.max_context;
-  open_prompt_cache();
   load_s = seconds_since(t0);
 }
 
@@ -377,7 +376,7 @@ Answer Session::ask(const std::vector<Message>& turn, const std::vector<Patchifi
   std::optional<PromptPrefix> to_store;
   const bool new_conversation = s.decoder.cached() == 0 && s.pending.empty();
   std::unique_ptr<Reply> reply =
-      s.prompt_cache && new_conversation
+      s.options.prompt_cache && new_conversation
           ? s.start_reply_with_prompt_cache(ids, images, answer, sampling, t_start, on_text, to_store)
           : s.start_reply(0, s.conversation, ids, images, answer, sampling, t_start, on_text);
   s.pending.clear();

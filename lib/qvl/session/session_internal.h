@@ -68,7 +68,8 @@ struct Session::Impl {
   GenerationStats generation_stats;  // the decode steps of ask() and ask_batch()
   FeatureCache feature_cache;  // vision features of recent images
   std::map<std::string, std::shared_ptr<const std::vector<uint8_t>>> provided_images;  // by image part name
-  std::unique_ptr<PromptCache> prompt_cache;  // null: off
+  std::unique_ptr<PromptCache> prompt_cache;  // opened at the first prompt with an image (options.prompt_cache)
+  bool prompt_cache_unavailable = false;      // no cache folder could be had: said once
   std::string prompt_cache_model_key;         // the part of every key that the session fixes
 
   Impl(const SessionOptions& o, Clock::time_point t0);
@@ -104,8 +105,9 @@ struct Session::Impl {
                                      const std::vector<PatchifiedImage>& images, Answer& answer,
                                      const SamplingOptions& sampling, Clock::time_point t_start,
                                      const TextCallback& on_text);
-  // Opens the prompt cache when the options ask for it (session_prompt_cache.cpp).
-  void open_prompt_cache();
+  // Opens the prompt cache (session_prompt_cache.cpp) if not yet open; false
+  // when no folder can be had for it.
+  bool open_prompt_cache();
   // start_reply() for the first turn of a conversation (sequence 0 empty)
   // with the prompt cache: a prompt whose reusable prefix is in the cache
   // loads it and prefills only the rest; otherwise the prefix is prefilled

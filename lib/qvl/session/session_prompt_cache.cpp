@@ -32,15 +32,16 @@ std::string program_hash() {
 
 }  // namespace
 
-void Session::Impl::open_prompt_cache() {
-  if (!options.prompt_cache) return;
+bool Session::Impl::open_prompt_cache() {
+  if (prompt_cache || prompt_cache_unavailable) return prompt_cache != nullptr;
   std::string dir = options.prompt_cache_dir;
   if (dir.empty()) {
     try {
       dir = model_cache_dir(options.model_dir, checkpoint.fingerprint(), options.cache_dir) + "/prompts";
     } catch (const Error& e) {
       if (options.on_note) options.on_note(std::string("prompt cache off: ") + e.what());
-      return;
+      prompt_cache_unavailable = true;
+      return false;
     }
   }
   prompt_cache = std::make_unique<PromptCache>(dir, options.prompt_cache_max_mb << 20, options.on_note);
@@ -55,6 +56,7 @@ void Session::Impl::open_prompt_cache() {
       kPromptEntryVersion, checkpoint.fingerprint(), config_hash, name_of(options.dtype), name_of(options.quant),
       options.quant == WeightQuant::None ? 0 : kDefaultInt8GroupSize, kernels::isa_name(kernels::active_isa()),
       at::get_num_threads(), program_hash(), vision_module_version());
+  return true;
 }
 
 std::unique_ptr<Reply> Session::Impl::start_reply_with_prompt_cache(
@@ -62,7 +64,9 @@ std::unique_ptr<Reply> Session::Impl::start_reply_with_prompt_cache(
     const SamplingOptions& sampling, Clock::time_point t_start, const TextCallback& on_text,
     std::optional<PromptPrefix>& to_store) {
   const size_t n_prefix = reusable_prefix_length(ids, int32_t(config.vision_end_token_id));
-  if (n_prefix == 0) return start_reply(0, conversation, ids, images, answer, sampling, t_start, on_text);
+  // Opened at the first prompt with an image: text-only runs never touch the cache folder.
+  if (n_prefix == 0 || !open_prompt_cache())
+    return start_reply(0, conversation, ids, images, answer, sampling, t_start, on_text);
 
   PromptPrefix prefix;
   prefix.tokens.assign(ids.begin(), ids.begin() + std::ptrdiff_t(n_prefix));
