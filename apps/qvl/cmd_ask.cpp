@@ -9,6 +9,7 @@
 
 #include "commands.h"
 #include "common.h"
+#include "prompt_cache_flags.h"
 #include "qvl/error.h"
 #include "qvl/io/mapped_file.h"
 #include "qvl/io/safetensors.h"
@@ -20,6 +21,7 @@ namespace {
 struct AskFlags {
   ModelOptions model;
   SamplingFlags sampling;
+  PromptCacheFlags prompt_cache;
   std::vector<std::string> images;
   std::string messages_file;
   std::string system;
@@ -51,7 +53,8 @@ std::vector<Message> build_messages(const AskFlags& f) {
   return msgs;
 }
 
-nlohmann::json answer_json(const Answer& a, const std::vector<std::string>& image_files, double load_s) {
+nlohmann::json answer_json(const Answer& a, const std::vector<std::string>& image_files, double load_s,
+                           const SessionStats& stats) {
   nlohmann::json images = nlohmann::json::array();
   for (size_t i = 0; i < a.grids.size(); ++i)
     images.push_back({{"file", i < image_files.size() ? image_files[i] : ""},
@@ -64,6 +67,8 @@ nlohmann::json answer_json(const Answer& a, const std::vector<std::string>& imag
           {"generated_tokens", a.tokens.size()},
           {"stop_reason", a.stop_reason},
           {"images", images},
+          {"vision_runs", stats.vision_calls},
+          {"prompt_cache", {{"reused_tokens", a.reused_prompt_tokens}, {"stored", a.prompt_stored}}},
           {"timings",
            {{"load_s", load_s},
             {"image_s", a.timings.image_s},
@@ -71,6 +76,7 @@ nlohmann::json answer_json(const Answer& a, const std::vector<std::string>& imag
             {"prefill_s", a.timings.prefill_s},
             {"decode_s", a.timings.decode_s},
             {"ttft_s", a.timings.ttft_s},
+            {"prompt_cache_s", a.timings.prompt_cache_s},
             {"prefill_tok_s", a.prefill_tokens_per_s()},
             {"decode_tok_s", a.decode_tokens_per_s()}}}};
 }
@@ -86,6 +92,7 @@ int run_ask(const AskFlags& f) {
   }
   SessionOptions session_options = make_session_options(f.model);
   session_options.keep_first_logits = !f.dump_logits.empty();
+  apply_prompt_cache_flags(f.prompt_cache, session_options);
   configure_threads_for(session_options);
   Session session(session_options);
   if (!stdin_image.empty()) session.provide_image("-", std::move(stdin_image));
@@ -116,7 +123,7 @@ int run_ask(const AskFlags& f) {
     write_safetensors(f.dump_logits, {{"logits", DType::F32, shape, a.first_logits.data()}});
   }
   if (f.json) {
-    fmt::print("{}\n", answer_json(a, image_paths(messages), session.load_seconds()).dump());
+    fmt::print("{}\n", answer_json(a, image_paths(messages), session.load_seconds(), session.stats()).dump());
   } else {
     std::fputc('\n', stdout);
   }
@@ -124,10 +131,11 @@ int run_ask(const AskFlags& f) {
   if (f.model.verbose && !f.model.quiet)
     fmt::print(stderr,
                "load {:.2f} s | image {:.3f} s{} | vision {:.2f} s | prefill {} tok {:.2f} s ({:.1f} tok/s) | "
-               "decode {} tok {:.2f} s ({:.2f} tok/s) | ttft {:.2f} s | peak RSS {} MB\n",
+               "decode {} tok {:.2f} s ({:.2f} tok/s) | ttft {:.2f} s | peak RSS {} MB{}\n",
                session.load_seconds(), a.timings.image_s, image_tokens_note(a, session.config()), a.timings.vision_s,
-               a.prompt_tokens, a.timings.prefill_s, a.prefill_tokens_per_s(), a.tokens.size(), a.timings.decode_s,
-               a.decode_tokens_per_s(), a.timings.ttft_s, session.stats().peak_rss_mb);
+               a.prompt_tokens - a.reused_prompt_tokens, a.timings.prefill_s, a.prefill_tokens_per_s(),
+               a.tokens.size(), a.timings.decode_s, a.decode_tokens_per_s(), a.timings.ttft_s,
+               session.stats().peak_rss_mb, prompt_cache_note(a, session.stats()));
   return a.stop_reason == "interrupted" ? kInterrupted : kOk;
 }
 
@@ -138,6 +146,7 @@ void register_ask(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand("ask", "Ask one question, optionally about images; the answer streams to stdout");
   add_model_options(cmd, f->model);
   add_sampling_options(cmd, f->sampling);
+  add_prompt_cache_options(cmd, f->prompt_cache);
   cmd->add_option("-i,--image", f->images,
                   "Image file (PNG, JPEG, WebP, TIFF, BMP, GIF, PDF), or - for stdin; repeat for several")
       ->allow_extra_args(false)  // `--image a.png "question"`: one path per --image

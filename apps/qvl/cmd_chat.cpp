@@ -18,6 +18,7 @@
 #include "qvl/error.h"
 #include "qvl/image/decode.h"
 #include "qvl/text/chat.h"
+#include "prompt_cache_flags.h"
 #include "repl_input.h"
 
 namespace qvl::app {
@@ -26,6 +27,7 @@ namespace {
 struct ChatFlags {
   ModelOptions model;
   SamplingFlags sampling;
+  PromptCacheFlags prompt_cache;
   std::string image;
   std::string system;
 };
@@ -295,7 +297,8 @@ void read_questions_from_terminal() {
 }
 
 int run_chat(const ChatFlags& flags) {
-  const SessionOptions options = make_session_options(flags.model);
+  SessionOptions options = make_session_options(flags.model);
+  apply_prompt_cache_flags(flags.prompt_cache, options);  // the first turn of each conversation
   std::optional<CheckedImage> image;
   std::vector<uint8_t> stdin_image;
   if (flags.image == "-") {
@@ -330,6 +333,7 @@ void register_chat(CLI::App& app, int& exit_code) {
       "chat", "Chat about an image: each line of stdin is a question, answers stream to stdout (/help inside)");
   add_model_options(cmd, f->model);
   add_sampling_options(cmd, f->sampling);
+  add_prompt_cache_options(cmd, f->prompt_cache);
   cmd->add_option("-i,--image", f->image,
                   "Image file (PNG, JPEG, WebP, TIFF, BMP, GIF, PDF) sent with the first question; - reads it from "
                   "stdin (the questions then come from the terminal)")

@@ -9,7 +9,9 @@ source "$(dirname "$0")/common.sh" "$@"
 export XDG_CACHE_HOME="$TMP/xdg-cache"
 show_on_fail() { [ $fail -eq 0 ] || { echo "--- stderr:"; cat "$1"; }; }
 touch "$TMP/start"
-CHAT=("$QVL" chat --model "$MODEL" --greedy -n 8 --dtype f32)
+# The prompt cache off: this test counts the vision encoder's runs within one
+# process (test_prompt_cache.sh covers chat's first turn from the prompt cache).
+CHAT=("$QVL" chat --model "$MODEL" --greedy -n 8 --dtype f32 --prompt-cache off)
 
 printf 'hello' > "$TMP/notes.png"
 python3 -c "

@@ -70,7 +70,8 @@ check "no vision module was built for the broken models" "[ -z \"\$(ls '$QVL_CAC
 
 # ---------------------------------------------------------------- stale and damaged vision modules
 copy_model "$TMP/model"
-ask_image() { "$QVL" ask --model "$TMP/model" --image "$IMG" --greedy -n 6 --dtype f32 --json "What is it?" 2>> "$TMP/modules.err"; }
+# The prompt cache off: a warm prompt would not need the vision module this checks.
+ask_image() { "$QVL" ask --model "$TMP/model" --image "$IMG" --greedy -n 6 --dtype f32 --json --prompt-cache off "What is it?" 2>> "$TMP/modules.err"; }
 tokens() { python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])'; }
 modules() { ls "$QVL_CACHE_DIR"/vision-*.pt 2>/dev/null; }
 

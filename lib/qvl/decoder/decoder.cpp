@@ -155,6 +155,38 @@ void Decoder::reset() {
 
 void Decoder::reset_sequence(int64_t sequence) { cache(sequence).reset(); }
 
+at::Tensor Decoder::cached_keys(int64_t layer, int64_t n, int64_t sequence) const {
+  KvCache& c = cache(sequence);
+  if (layer < 0 || layer >= cfg_.num_hidden_layers || n < 0 || n > c.size())
+    throw Error(fmt::format("no cached keys for layer {} and {} tokens (the sequence holds {})", layer, n, c.size()));
+  return c.keys(layer, n);
+}
+
+at::Tensor Decoder::cached_values(int64_t layer, int64_t n, int64_t sequence) const {
+  KvCache& c = cache(sequence);
+  if (layer < 0 || layer >= cfg_.num_hidden_layers || n < 0 || n > c.size())
+    throw Error(fmt::format("no cached values for layer {} and {} tokens (the sequence holds {})", layer, n, c.size()));
+  return c.values(layer, n);
+}
+
+void Decoder::restore(int64_t sequence, const std::vector<at::Tensor>& keys, const std::vector<at::Tensor>& values) {
+  KvCache& c = cache(sequence);
+  if (c.size() != 0) throw Error(fmt::format("cannot restore into sequence {}: it holds {} tokens", sequence, c.size()));
+  const int64_t layers = cfg_.num_hidden_layers;
+  if (int64_t(keys.size()) != layers || int64_t(values.size()) != layers)
+    throw Error(fmt::format("restoring a cache needs keys and values for {} layers, got {} and {}", layers,
+                            keys.size(), values.size()));
+  const int64_t n = keys[0].dim() == 3 ? keys[0].size(1) : -1;
+  for (int64_t i = 0; i < layers; ++i)
+    for (const at::Tensor* t : {&keys[size_t(i)], &values[size_t(i)]})
+      if (t->dim() != 3 || t->size(0) != cfg_.num_key_value_heads || t->size(1) != n || t->size(2) != cfg_.head_dim)
+        throw Error(fmt::format("restored keys/values of layer {} have shape {}, expected [{}, {}, {}]", i,
+                                shape_of(*t), cfg_.num_key_value_heads, n, cfg_.head_dim));
+  c.check_room(n);
+  for (int64_t i = 0; i < layers; ++i) c.store(i, keys[size_t(i)], values[size_t(i)]);
+  c.commit(n);
+}
+
 int64_t Decoder::layers_loaded() const { return weights_->layers_loaded(); }
 
 }  // namespace qvl

@@ -70,6 +70,16 @@ class Decoder {
   void reset();                          // every sequence
   void reset_sequence(int64_t sequence);
 
+  // The keys or values of a sequence's first n cached tokens in one layer:
+  // [kv_heads, n, head_dim] views into the cache (copy them before the
+  // sequence changes). For saving a prompt's prefix (session/prompt_cache.h).
+  at::Tensor cached_keys(int64_t layer, int64_t n, int64_t sequence = 0) const;
+  at::Tensor cached_values(int64_t layer, int64_t n, int64_t sequence = 0) const;
+  // Fills an empty sequence with saved keys and values, one [kv_heads, n,
+  // head_dim] tensor per layer each. Throws, the sequence left empty, unless
+  // it is empty and every shape fits.
+  void restore(int64_t sequence, const std::vector<at::Tensor>& keys, const std::vector<at::Tensor>& values);
+
   const TextConfig& config() const { return cfg_; }
   at::ScalarType dtype() const { return opts_.dtype; }
   int64_t layers_loaded() const;  // how many layers' weights are ready (lazy mode fills this as layers run)

@@ -80,7 +80,7 @@ double Answer::decode_tokens_per_s() const {
   return timings.decode_s > 0 ? double(tokens.size() > 0 ? tokens.size() - 1 : 0) / timings.decode_s : 0.0;
 }
 double Answer::prefill_tokens_per_s() const {
-  return timings.prefill_s > 0 ? double(prompt_tokens) / timings.prefill_s : 0.0;
+  return timings.prefill_s > 0 ? double(prompt_tokens - reused_prompt_tokens) / timings.prefill_s : 0.0;
 }
 
 int64_t peak_rss_mb() {
@@ -374,8 +374,12 @@ Answer Session::ask(const std::vector<Message>& turn, const std::vector<Patchifi
                       ") are left; raise --max-context, " + (images.empty() ? "" : "lower --max-pixels, ") +
                       "or start a new conversation");
 
+  std::optional<PromptPrefix> to_store;
+  const bool new_conversation = s.decoder.cached() == 0 && s.pending.empty();
   std::unique_ptr<Reply> reply =
-      s.start_reply(0, s.conversation, ids, images, answer, sampling, t_start, on_text);
+      s.options.prompt_cache && new_conversation
+          ? s.start_reply_with_prompt_cache(ids, images, answer, sampling, t_start, on_text, to_store)
+          : s.start_reply(0, s.conversation, ids, images, answer, sampling, t_start, on_text);
   s.pending.clear();
 
   std::vector<std::unique_ptr<Reply>> running;
@@ -385,6 +389,7 @@ Answer Session::ask(const std::vector<Message>& turn, const std::vector<Patchifi
     if (done->last_unfed()) s.pending.push_back(*done->last_unfed());
     take_reply(*done, answer);
   });
+  if (to_store) answer.prompt_stored = s.store_prompt_prefix(*to_store);  // after the answer: not in its time
   s.assistant_turn_open = true;
   s.stats.turns += 1;
   return answer;

@@ -41,6 +41,12 @@ struct SessionOptions {
   bool build_vision_if_missing = true;
   int64_t feature_cache_mb = 256;  // vision features of recent images kept in memory (0: off)
   bool keep_first_logits = false;  // copy the logits of the first generated token into Answer (debugging, dtype comparisons)
+  // Prompt cache (session/prompt_cache.h): a new conversation whose prompt
+  // starts with images and text seen before loads their keys and values from
+  // disk. Off unless a front end turns it on (bench measures without it).
+  bool prompt_cache = false;
+  std::string prompt_cache_dir;         // "": <the model's cache folder>/prompts
+  int64_t prompt_cache_max_mb = 1024;   // least recently used entries go beyond this
 };
 
 struct Timings {
@@ -50,12 +56,15 @@ struct Timings {
   double prefill_s = 0;
   double decode_s = 0;
   double ttft_s = 0;     // from ask() to the first generated token
+  double prompt_cache_s = 0;  // loading the prompt's prefix from the prompt cache (hit or not)
 };
 
 struct Answer {
   std::string text;
   std::vector<int32_t> tokens;     // generated ids (without the final eos)
   int64_t prompt_tokens = 0;       // tokens this turn added before generating
+  int64_t reused_prompt_tokens = 0;  // of those, loaded from the prompt cache instead of prefilled
+  bool prompt_stored = false;      // this turn's prompt prefix was saved to the prompt cache
   std::vector<ImageGrid> grids;
   std::vector<std::pair<int64_t, int64_t>> image_sizes;  // (width, height) as decoded
   std::string stop_reason;         // eos | length | interrupted | context
@@ -70,6 +79,7 @@ struct SessionStats {
   int64_t max_context = 0;
   int64_t vision_calls = 0;        // times the vision encoder ran
   int64_t images_encoded = 0;
+  int64_t prompt_cache_hits = 0;   // prompts whose prefix came from the prompt cache
   int64_t turns = 0;
   int64_t peak_rss_mb = 0;
   // Token-by-token generation so far (prompts excluded): tokens fed back to the

@@ -52,7 +52,9 @@ std::unique_ptr<Reply> Session::Impl::start_reply(int64_t sequence, SequenceStat
   if (features) answer.timings.vision_s = seconds_since(t_vision);
 
   const auto t_prefill = Clock::now();
-  const PromptInput in = prompt_input(ids, answer.grids, features, state.next_position);
+  std::vector<ImageGrid> grids;  // of these images: a prompt's rest after a cached prefix has none
+  for (const PatchifiedImage& image : images) grids.push_back(image.grid);
+  const PromptInput in = prompt_input(ids, grids, features, state.next_position);
   const at::Tensor logits = decoder.prefill(sequence, in.embeds, in.positions, in.deepstack_ptr());
   state.next_position = in.next_position;
   state.context.insert(state.context.end(), ids.begin(), ids.end());

@@ -21,6 +21,7 @@
 #include "qvl/io/safetensors.h"
 #include "qvl/model/memory_budget.h"
 #include "qvl/session/feature_cache.h"
+#include "qvl/session/prompt_cache.h"
 #include "qvl/session/session.h"
 #include "qvl/text/tokenizer.h"
 #include "qvl/vision/vision_encoder.h"
@@ -72,6 +73,9 @@ struct Session::Impl {
   GenerationStats generation_stats;  // the decode steps of ask() and ask_batch()
   FeatureCache feature_cache;  // vision features of recent images
   std::map<std::string, std::shared_ptr<const std::vector<uint8_t>>> provided_images;  // by image part name
+  std::unique_ptr<PromptCache> prompt_cache;  // opened at the first prompt with an image (options.prompt_cache)
+  bool prompt_cache_unavailable = false;      // no cache folder could be had: said once
+  std::string prompt_cache_model_key;         // the part of every key that the session fixes
 
   Impl(const SessionOptions& o, Clock::time_point t0);
 
@@ -100,12 +104,27 @@ struct Session::Impl {
   int64_t text_tokens(const std::vector<Message>& turn);
   // Encodes the images (answer.timings.vision_s), prefills `ids` into decoder
   // sequence `sequence` after `state` (answer.timings.prefill_s) and returns
-  // the reply that goes on from there. answer.grids must be set. Throws on
+  // the reply that goes on from there. Image grids come from `images`. Throws on
   // any failure, the sequence's cache unchanged.
   std::unique_ptr<Reply> start_reply(int64_t sequence, SequenceState& state, const std::vector<int32_t>& ids,
                                      const std::vector<PatchifiedImage>& images, Answer& answer,
                                      const SamplingOptions& sampling, Clock::time_point t_start,
                                      const TextCallback& on_text);
+  // Opens the prompt cache (session_prompt_cache.cpp) if not yet open; false
+  // when no folder can be had for it.
+  bool open_prompt_cache();
+  // start_reply() for the first turn of a conversation (sequence 0 empty)
+  // with the prompt cache: a prompt whose reusable prefix is in the cache
+  // loads it and prefills only the rest; otherwise the prefix is prefilled
+  // on its own and *to_store says what to save once the answer is done
+  // (store_prompt_prefix), then the rest. The same two prefills either way,
+  // so a warm answer is the cold one, bit for bit.
+  std::unique_ptr<Reply> start_reply_with_prompt_cache(const std::vector<int32_t>& ids,
+                                                       const std::vector<PatchifiedImage>& images, Answer& answer,
+                                                       const SamplingOptions& sampling, Clock::time_point t_start,
+                                                       const TextCallback& on_text,
+                                                       std::optional<PromptPrefix>& to_store);
+  bool store_prompt_prefix(const PromptPrefix& prefix);
   // The generation loop over this session's decoder (generate/generation_loop.h).
   void generate(std::vector<std::unique_ptr<Reply>> running, const RefillReplies& refill,
                 const FinishedReply& on_finished);
