@@ -29,6 +29,7 @@
 #include "qvl/kernels/cpu.h"
 #include "qvl/kernels/gemv.h"
 #include "qvl/kernels/quant.h"
+#include "qvl/kernels/quant4.h"
 
 using namespace qvl::kernels;
 
@@ -237,6 +238,39 @@ int main(int argc, char** argv) {
           configs.emplace_back(fmt::format("{} {} batch {}", prefix, int8_kernel_name(isa), batch), std::move(step));
         }
       compare(threads, configs);
+    }
+  }
+  // The 4-bit kernel, the same way (quantizing the 2B shapes takes a while).
+  {
+    const std::string prefix = "qvl int4 group 64";
+    bool any = false;
+    for (Isa isa : tiers)
+      for (int64_t batch : batches)
+        for (int threads : {1, 2})
+          any = any || wanted(fmt::format("{} {} batch {}, {} thread{}", prefix, int8_kernel_name(isa), batch, threads,
+                                          threads > 1 ? "s" : ""));
+    if (any) {
+      at::set_num_threads(2);
+      std::vector<QuantizedInt4Matrix> quantized;
+      quantized.reserve(matrices.size());
+      for (const Matrix& m : matrices) quantized.push_back(quantize_int4(view(m.w)));
+      for (int threads : {1, 2}) {
+        std::vector<Config> configs;
+        for (int64_t batch : batches)
+          for (Isa isa : tiers) {
+            std::vector<Gemv> step;
+            for (size_t i = 0; i < matrices.size(); ++i) {
+              const Projection& p = kProjections[matrices[i].shape];
+              const Int4Matrix& w = quantized[i].view();
+              step.push_back({matrices[i].shape, double(w.level_bytes() + w.param_bytes()),
+                              [&, w, batch, in = p.in, out = p.out, isa] {
+                                gemv_int4(w, x_of(batch, in), y_of(batch, out), batch, isa);
+                              }});
+            }
+            configs.emplace_back(fmt::format("{} {} batch {}", prefix, int8_kernel_name(isa), batch), std::move(step));
+          }
+        compare(threads, configs);
+      }
     }
   }
   return 0;
