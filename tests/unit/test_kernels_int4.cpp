@@ -2,15 +2,20 @@
 // here from the documented layout, on every CPU tier this machine can run.
 // No torch: these run in the sanitizer stage too.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "kernel_test_support.h"
 #include "qvl/error.h"
 #include "qvl/kernels/gemv.h"
+#include "qvl/kernels/int4_cache.h"
 #include "qvl/kernels/quant4.h"
 
 using namespace qvl;
@@ -207,7 +212,8 @@ TEST_CASE("int4 gemv matches the reference on odd and real shapes, batches 1..8,
       const std::vector<float> x(x_all.begin(), x_all.begin() + batch * s.cols);
       const Reference ref = reference_gemv(q.view(), x, batch);
       for (Isa isa : supported_tiers()) {
-        CAPTURE(isa_name(isa));
+        const std::string tier = isa_name(isa);
+        CAPTURE(tier);
         std::vector<float> one_thread, two_threads;
         {
           ThreadCount t(1);
@@ -239,7 +245,8 @@ TEST_CASE("int4 gemv: extreme levels and x, where vpmaddubsw and vpdpbusd meet t
   const QuantizedInt4Matrix q = quantize_int4({bits.data(), rows, cols});
   const Reference ref = reference_gemv(q.view(), x, 2);
   for (Isa isa : supported_tiers()) {
-    CAPTURE(isa_name(isa));
+    const std::string tier = isa_name(isa);
+        CAPTURE(tier);
     const std::vector<float> y = run_int4(q.view(), x, 2, isa);
     CHECK(matches_reference(y, ref));
     // Here the quantization is exact: the true product.
@@ -293,7 +300,55 @@ TEST_CASE("int4 gemv rejects a bad batch, a bad layout and a tier this CPU canno
   CHECK_THROWS_AS(gemv_int4(bad, x.data(), y, 1), Error);
   for (Isa isa : test::kAllTiers) {
     if (isa_supported(isa)) continue;
-    CAPTURE(isa_name(isa));
+    const std::string tier = isa_name(isa);
+        CAPTURE(tier);
     CHECK_THROWS_WITH_AS(gemv_int4(q.view(), x.data(), y, 1, isa), doctest::Contains(isa_name(isa)), Error);
   }
+}
+
+TEST_CASE("int4 cache file round trip; damaged files refused naming the file") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("qvl_test_int4_cache_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string path = (dir / "weights.q4").string();
+  const Weights a = make_weights(33, 100, 1), b = make_weights(7, 2048, 2);
+  const QuantizedInt4Matrix qa = quantize_int4(a.view()), qb = quantize_int4(b.view());
+  write_int4_cache(path, "fingerprint abc", {{"layers.0.q", qa.view()}, {"lm_head", qb.view()}});
+  CHECK_FALSE(fs::exists(path + ".tmp"));
+  {
+    const Int4Cache cache(path);
+    CHECK(cache.tag() == "fingerprint abc");
+    CHECK(cache.matrices().size() == 2);
+    CHECK(cache.find("missing") == nullptr);
+    CHECK_THROWS_AS(cache.get("missing"), Error);
+    for (const auto& [name, original] : {std::pair{"layers.0.q", &qa.view()}, std::pair{"lm_head", &qb.view()}}) {
+      CAPTURE(name);
+      const Int4Matrix& loaded = cache.get(name);
+      CHECK(loaded.rows == original->rows);
+      CHECK(loaded.cols == original->cols);
+      CHECK(loaded.padded_cols == original->padded_cols);
+      CHECK(reinterpret_cast<uintptr_t>(loaded.levels) % 64 == 0);
+      CHECK(std::memcmp(loaded.levels, original->levels, loaded.level_bytes()) == 0);
+      CHECK(std::memcmp(loaded.params, original->params, loaded.param_bytes()) == 0);
+    }
+  }
+  const auto bytes = [&] {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  const auto write_file = [](const std::string& p, const std::string& content) {
+    std::ofstream(p, std::ios::binary) << content;
+  };
+  const std::string damaged = (dir / "damaged.q4").string();
+  write_file(damaged, "not a cache");
+  CHECK_THROWS_WITH_AS(Int4Cache{damaged}, doctest::Contains(damaged.c_str()), Error);
+  write_file(damaged, bytes.substr(0, 40));  // header cut short
+  CHECK_THROWS_WITH_AS(Int4Cache{damaged}, doctest::Contains("truncated"), Error);
+  write_file(damaged, bytes.substr(0, bytes.size() - 64));  // data cut short
+  CHECK_THROWS_WITH_AS(Int4Cache{damaged}, doctest::Contains("lm_head"), Error);
+  std::string int8_magic = bytes;
+  int8_magic[6] = '8';  // an int8 cache is not an int4 one
+  write_file(damaged, int8_magic);
+  CHECK_THROWS_WITH_AS(Int4Cache{damaged}, doctest::Contains("not a qvl int4 cache"), Error);
+  fs::remove_all(dir);
 }
