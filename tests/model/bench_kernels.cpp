@@ -4,7 +4,7 @@
 //
 //   qvl_bench_kernels [repetitions=5] [filter]
 //
-// filter: a substring of the labels printed, e.g. "bf16", "int8 group 128",
+// filter: a substring of the labels printed, e.g. "bf16", "int8 group 128", "int4",
 // "batch 8", "2 threads", "avx2". Every CPU tier this machine can run is
 // measured (kernels/cpu.h; QVL_ISA does not limit it), with the avx512 tier's
 // dot-product (dpbf16, for bf16-valued x) and VNNI kernels where the CPU has
@@ -114,7 +114,16 @@ void fill_random_bf16(uint16_t* data, int64_t count, uint64_t seed) {
 int main(int argc, char** argv) {
   const int repetitions = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
   const std::string filter = argc > 2 ? argv[2] : "";
-  const auto wanted = [&](const std::string& label) { return filter.empty() || label.find(filter) != std::string::npos; };
+  // '|' separates alternatives: "int8 group 128 avx2 batch 1,|int4 group 64 avx2 batch 1,".
+  const auto wanted = [&](const std::string& label) {
+    if (filter.empty()) return true;
+    for (size_t begin = 0;;) {
+      const size_t end = filter.find('|', begin);
+      if (label.find(filter.substr(begin, end - begin)) != std::string::npos) return true;
+      if (end == std::string::npos) return false;
+      begin = end + 1;
+    }
+  };
   fmt::print("kernels: {}  ATen threads: {}\n", isa_description(), at::get_num_threads());
   std::vector<Isa> tiers;  // fastest first
   for (Isa isa : {Isa::Avx512, Isa::Avx2, Isa::Neon, Isa::Generic})
