@@ -14,6 +14,7 @@
 #include "qvl/error.h"
 #include "qvl/kernels/parallel.h"
 #include "qvl/kernels/quant4_detail.h"
+#include "qvl/kernels/simd_portable.h"
 
 namespace qvl::kernels {
 
@@ -172,18 +173,27 @@ QuantizedInt4Matrix quantize_int4(const Bf16Matrix& w) {
 
 namespace {
 
+// One group at a time, its two halves in loops of their own (low nibbles,
+// then high), so that each inner loop has a fixed scale and offset and no
+// branch, and vectorizes: prefill dequantizes every weight once per call.
 template <class T>
 void dequantize_row(const Int4Matrix& w, int64_t row, T* out) {
+  constexpr int64_t kHalf = kInt4GroupSize / 2;
   for (int64_t g = 0; g < w.groups(); ++g) {
-    const int64_t first = g * kInt4GroupSize, last = std::min(first + kInt4GroupSize, w.cols);
-    if (first >= last) break;
+    const int64_t first = g * kInt4GroupSize;
+    if (first >= w.cols) break;
     const float scale = f16_to_float(w.params[(row * w.groups() + g) * 2]);
     const float min = f16_to_float(w.params[(row * w.groups() + g) * 2 + 1]);
-    const uint8_t* bytes = w.levels + row * w.row_bytes() + g * (kInt4GroupSize / 2);
-    for (int64_t k = first; k < last; ++k) {
-      const int64_t j = k - first;
-      const uint8_t level = j < 32 ? bytes[j] & 0x0f : bytes[j - 32] >> 4;
-      simd_portable::store(out, k, float(level) * scale + min);
+    const uint8_t* bytes = w.levels + row * w.row_bytes() + g * kHalf;
+    if (first + kInt4GroupSize <= w.cols) {
+      for (int64_t j = 0; j < kHalf; ++j) simd_portable::store(out, first + j, float(bytes[j] & 0x0f) * scale + min);
+      for (int64_t j = 0; j < kHalf; ++j) simd_portable::store(out, first + kHalf + j, float(bytes[j] >> 4) * scale + min);
+    } else {  // the last, partial group
+      for (int64_t k = first; k < w.cols; ++k) {
+        const int64_t j = k - first;
+        const uint8_t level = j < kHalf ? bytes[j] & 0x0f : bytes[j - kHalf] >> 4;
+        simd_portable::store(out, k, float(level) * scale + min);
+      }
     }
   }
 }
