@@ -27,7 +27,7 @@ namespace {
 
 // Weight quantizations qvl can run. Adding one is a line here, plus passing
 // it on to SessionOptions in run_bench_child.
-const std::vector<std::string> kSupportedQuants = {"none", "int8"};
+const std::vector<std::string> kSupportedQuants = {"none", "int8", "int4"};
 
 // Fixed questions of about twenty words, so runs are comparable across builds.
 const char* kImageQuestion =

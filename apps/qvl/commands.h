@@ -26,7 +26,7 @@ struct ModelOptions {
   int threads = 0;         // 0: all cores
   std::string dtype = "bf16";
   std::string load = "lazy";
-  std::string quant = "none";  // none | int8
+  std::string quant = "none";  // none | int8 | int4
   int64_t max_context = 4096;
   int64_t max_memory_mb = 0;  // 0: what /proc/meminfo says is available
   int64_t min_pixels = 0;  // 0: from preprocessor_config.json

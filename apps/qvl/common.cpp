@@ -258,8 +258,10 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
   cmd->add_option("--load", o.load, "lazy: touch weights as layers first run; eager: load all first")
       ->check(CLI::IsMember({"lazy", "eager"}))
       ->capture_default_str();
-  cmd->add_option("--quant", o.quant, "Decoder weights: none (as stored) or int8 (quantized once, cached; faster decoding)")
-      ->check(CLI::IsMember({"none", "int8"}))
+  cmd->add_option("--quant", o.quant,
+                  "Decoder weights: none (as stored), int8 or int4 (quantized once, cached; faster decoding, "
+                  "int4 fastest and least exact)")
+      ->check(CLI::IsMember({"none", "int8", "int4"}))
       ->capture_default_str();
   cmd->add_option("--max-context", o.max_context, "Context limit in tokens (KV cache size)")
       ->check(integer_in(1, int64_t(1) << 30))

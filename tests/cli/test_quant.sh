@@ -70,10 +70,39 @@ rm -f "$CACHE"
 check "--quiet: no notes while building" "[ ! -s '$TMP/quiet.err' ]"
 check "--quiet: the cache is built all the same" "[ -f '$CACHE' ]"
 
+# --quant int4: the cases whose reference margin for the first token is far
+# above int4's logit error (tests/model/test_int4.cpp: one_image, system_image)
+# start with the reference's token; the int4 cache is made once beside the
+# int8 one and rebuilt when damaged.
+int4_cache() { ls "$QVL_CACHE_DIR"/decoder-int4-*.bin 2>/dev/null; }
+for case in one_image system_image; do
+  "$QVL" ask --model "$MODEL" --messages "$TMP/$case.json" --greedy -n 16 --quant int4 --json \
+    > "$TMP/$case.int4.out" 2> "$TMP/$case.int4.err"
+  rc=$?
+  check "$case --quant int4 exits 0" "[ $rc -eq 0 ] || { cat '$TMP/$case.int4.err'; false; }"
+  python3 - "$TMP/$case.int4.out" "$TMP/$case.expected" <<'PY' || fail=1
+import json, sys
+int4, expected = (json.load(open(p)) for p in sys.argv[1:3])
+assert int4["tokens"][:1] == expected[:1], f"int4 first token {int4['tokens'][:1]} != reference {expected[:1]}"
+print(f"ok: {sys.argv[1].rsplit('/', 1)[1]}: int4 first token equals the reference's")
+PY
+done
+check "the first int4 run says it builds the cache" "grep -q 'quantizing the decoder weights to int4' '$TMP/one_image.int4.err'"
+check "a later int4 run reuses the cache silently" "[ ! -s '$TMP/system_image.int4.err' ]"
+CACHE4=$(int4_cache)
+check "the int4 cache is in the cache folder" "[ -n '$CACHE4' ]"
+head -c 3000 "$CACHE4" > "$TMP/truncated4" && cat "$TMP/truncated4" > "$CACHE4"
+"$QVL" ask --model "$MODEL" --messages "$TMP/one_image.json" --greedy -n 16 --quant int4 --json \
+  > "$TMP/rebuilt4.out" 2> "$TMP/rebuilt4.err"
+check "a truncated int4 cache is rebuilt with a note" "grep -q 'rebuilding the int4 weight cache' '$TMP/rebuilt4.err'"
+check "the rebuilt int4 cache answers as before" \
+  "python3 -c 'import json,sys; a=json.load(open(\"$TMP/rebuilt4.out\")); b=json.load(open(\"$TMP/one_image.int4.out\")); sys.exit(0 if a[\"tokens\"]==b[\"tokens\"] else 1)'"
+check "the rebuilt int4 cache is whole again" "[ \$(stat -c %s '$CACHE4') -gt 3000 ]"
+
 # An unknown quantization is a usage error (exit 2) naming the choices.
-"$QVL" ask --model "$MODEL" --quant int4 "Hello" > /dev/null 2> "$TMP/bad.err"
+"$QVL" ask --model "$MODEL" --quant int3 "Hello" > /dev/null 2> "$TMP/bad.err"
 rc=$?
-check "--quant int4 exits 2" "[ $rc -eq 2 ]"
-check "--quant int4 names the accepted values" "grep -q 'int8' '$TMP/bad.err'"
+check "--quant int3 exits 2" "[ $rc -eq 2 ]"
+check "--quant int3 names the accepted values" "grep -q 'int4' '$TMP/bad.err'"
 
 exit $fail

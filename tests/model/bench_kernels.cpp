@@ -4,7 +4,7 @@
 //
 //   qvl_bench_kernels [repetitions=5] [filter]
 //
-// filter: a substring of the labels printed, e.g. "bf16", "int8 group 128",
+// filter: a substring of the labels printed, e.g. "bf16", "int8 group 128", "int4",
 // "batch 8", "2 threads", "avx2". Every CPU tier this machine can run is
 // measured (kernels/cpu.h; QVL_ISA does not limit it), with the avx512 tier's
 // dot-product (dpbf16, for bf16-valued x) and VNNI kernels where the CPU has
@@ -29,6 +29,7 @@
 #include "qvl/kernels/cpu.h"
 #include "qvl/kernels/gemv.h"
 #include "qvl/kernels/quant.h"
+#include "qvl/kernels/quant4.h"
 
 using namespace qvl::kernels;
 
@@ -113,7 +114,16 @@ void fill_random_bf16(uint16_t* data, int64_t count, uint64_t seed) {
 int main(int argc, char** argv) {
   const int repetitions = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
   const std::string filter = argc > 2 ? argv[2] : "";
-  const auto wanted = [&](const std::string& label) { return filter.empty() || label.find(filter) != std::string::npos; };
+  // '|' separates alternatives: "int8 group 128 avx2 batch 1,|int4 group 64 avx2 batch 1,".
+  const auto wanted = [&](const std::string& label) {
+    if (filter.empty()) return true;
+    for (size_t begin = 0;;) {
+      const size_t end = filter.find('|', begin);
+      if (label.find(filter.substr(begin, end - begin)) != std::string::npos) return true;
+      if (end == std::string::npos) return false;
+      begin = end + 1;
+    }
+  };
   fmt::print("kernels: {}  ATen threads: {}\n", isa_description(), at::get_num_threads());
   std::vector<Isa> tiers;  // fastest first
   for (Isa isa : {Isa::Avx512, Isa::Avx2, Isa::Neon, Isa::Generic})
@@ -237,6 +247,39 @@ int main(int argc, char** argv) {
           configs.emplace_back(fmt::format("{} {} batch {}", prefix, int8_kernel_name(isa), batch), std::move(step));
         }
       compare(threads, configs);
+    }
+  }
+  // The 4-bit kernel, the same way (quantizing the 2B shapes takes a while).
+  {
+    const std::string prefix = "qvl int4 group 64";
+    bool any = false;
+    for (Isa isa : tiers)
+      for (int64_t batch : batches)
+        for (int threads : {1, 2})
+          any = any || wanted(fmt::format("{} {} batch {}, {} thread{}", prefix, int8_kernel_name(isa), batch, threads,
+                                          threads > 1 ? "s" : ""));
+    if (any) {
+      at::set_num_threads(2);
+      std::vector<QuantizedInt4Matrix> quantized;
+      quantized.reserve(matrices.size());
+      for (const Matrix& m : matrices) quantized.push_back(quantize_int4(view(m.w)));
+      for (int threads : {1, 2}) {
+        std::vector<Config> configs;
+        for (int64_t batch : batches)
+          for (Isa isa : tiers) {
+            std::vector<Gemv> step;
+            for (size_t i = 0; i < matrices.size(); ++i) {
+              const Projection& p = kProjections[matrices[i].shape];
+              const Int4Matrix& w = quantized[i].view();
+              step.push_back({matrices[i].shape, double(w.level_bytes() + w.param_bytes()),
+                              [&, w, batch, in = p.in, out = p.out, isa] {
+                                gemv_int4(w, x_of(batch, in), y_of(batch, out), batch, isa);
+                              }});
+            }
+            configs.emplace_back(fmt::format("{} {} batch {}", prefix, int8_kernel_name(isa), batch), std::move(step));
+          }
+        compare(threads, configs);
+      }
     }
   }
   return 0;

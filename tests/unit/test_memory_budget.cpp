@@ -82,6 +82,14 @@ TEST_CASE("memory estimate: the 2B model's weights and KV cache") {
   // With f32 compute the embedding table is converted, so it counts in full.
   CHECK(estimate_session_memory(cfg, options("f32", "int8")).text_weights ==
         28 * (int8_layer + 2 * (2 * 2048 + 2 * 128)) + 4 * 2048 + int8(151936, 2048) + 4 * 151936LL * 2048);
+
+  // int4: half a byte per weight plus two float16 (4 bytes) per group of 64.
+  auto int4 = [](int64_t rows, int64_t cols) { return rows * cols / 2 + rows * (cols / 64) * 4; };
+  const int64_t int4_layer = 2 * int4(2048, 2048) + 2 * int4(1024, 2048) + 2 * int4(6144, 2048) +
+                             int4(2048, 6144) + 2 * (2 * 2048 + 2 * 128);
+  const int64_t int4_text = 28 * int4_layer + 2 * 2048 + int4(151936, 2048);
+  CHECK(estimate_session_memory(cfg, options("bf16", "int4")).text_weights == int4_text);
+  CHECK(double(int4_text) / double(bf16.text_weights) == doctest::Approx(0.28).epsilon(0.03));
 }
 
 TEST_CASE("memory estimate: the tiny model") {

@@ -1,15 +1,10 @@
 #include "qvl/decoder/int8_weights.h"
 
 #include <fmt/format.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
-#include <chrono>
-#include <cstdio>
-
+#include "qvl/decoder/quant_cache.h"
 #include "qvl/decoder/torch_view.h"
 #include "qvl/error.h"
-#include "qvl/io/paths.h"
 
 namespace qvl {
 namespace {
@@ -37,15 +32,6 @@ std::string mismatch(const kernels::Int8Cache& cache, const std::string& tag, co
   return "";
 }
 
-// Drops the tensor's pages from this process's resident set (they stay in the
-// page cache): quantizing reads all weights, and RSS should not keep them.
-void release_pages(const TensorView& v) {
-  const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(v.data) & ~(page - 1);
-  const uintptr_t end = reinterpret_cast<uintptr_t>(v.data) + v.nbytes;
-  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advisory: failure only costs memory
-}
-
 kernels::QuantizedMatrix quantize(const TensorView& view, int64_t group_size) {
   at::Tensor w = tensor_view(view);
   if (w.scalar_type() != at::kBFloat16) w = w.to(at::kBFloat16).contiguous();
@@ -65,19 +51,7 @@ size_t build_cache(const std::string& path, const std::string& tag, const std::v
     bytes += quantized.back().view().weight_bytes() + quantized.back().view().scale_bytes();
     release_pages(*s.view);
   }
-  // write_int8_cache goes through "<name>.tmp"; a name of this process's own
-  // keeps two processes building at once from writing the same file.
-  const std::string own = fmt::format("{}.{}", path, ::getpid());
-  try {
-    kernels::write_int8_cache(own, tag, entries);
-  } catch (...) {
-    std::remove((own + ".tmp").c_str());
-    throw;
-  }
-  if (std::rename(own.c_str(), path.c_str()) != 0) {
-    std::remove(own.c_str());
-    throw Error(fmt::format("cannot move the int8 cache {} into place as {}", own, path));
-  }
+  write_beside_then_rename(path, [&](const std::string& own) { kernels::write_int8_cache(own, tag, entries); });
   return bytes;
 }
 
@@ -95,32 +69,9 @@ std::unique_ptr<kernels::Int8Cache> load_int8_cache(const Checkpoint& ckpt, cons
   const std::string path = int8_cache_path(dir, fingerprint, group_size);
   const std::string tag = cache_tag(fingerprint, group_size);
 
-  std::string problem;
-  if (is_regular_file(path)) {
-    try {
-      auto cache = std::make_unique<kernels::Int8Cache>(path);
-      problem = mismatch(*cache, tag, sources, group_size);
-      if (problem.empty()) return cache;
-    } catch (const Error& e) {
-      problem = e.what();
-    }
-  }
-  if (on_note) {
-    on_note(problem.empty()
-                ? fmt::format("quantizing the decoder weights to int8 (once; cached in {})", path)
-                : fmt::format("rebuilding the int8 weight cache {}: {}", path, problem));
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  const size_t bytes = build_cache(path, tag, sources, group_size);
-  auto cache = std::make_unique<kernels::Int8Cache>(path);
-  problem = mismatch(*cache, tag, sources, group_size);
-  if (!problem.empty()) throw Error(fmt::format("{}: the int8 cache just written is unusable: {}", path, problem));
-  if (on_note) {
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    on_note(fmt::format("int8 weights ready: {} matrices, {:.0f} MB, in {:.1f} s", sources.size(), bytes / 1e6,
-                        seconds));
-  }
-  return cache;
+  return open_or_build_quant_cache<kernels::Int8Cache>(
+      "int8", path, [&](const kernels::Int8Cache& cache) { return mismatch(cache, tag, sources, group_size); },
+      [&](const std::string& p) { return build_cache(p, tag, sources, group_size); }, sources.size(), on_note);
 }
 
 }  // namespace qvl

@@ -9,16 +9,13 @@
 #include <vector>
 
 #include "qvl/decoder/options.h"
+#include "qvl/decoder/quant_cache.h"  // QuantSource
 #include "qvl/io/safetensors.h"
 #include "qvl/kernels/int8_cache.h"
 
 namespace qvl {
 
-// A matrix to quantize: its name in the cache and its checkpoint tensor [rows, cols].
-struct Int8Source {
-  std::string name;
-  const TensorView* view = nullptr;
-};
+using Int8Source = QuantSource;
 
 // <dir>/decoder-int8-<fingerprint>-v<format>-g<group>.bin: other weights,
 // group sizes or format versions never share a file.

@@ -7,6 +7,7 @@
 
 #include <iterator>
 
+#include "qvl/decoder/int4_weights.h"
 #include "qvl/decoder/int8_weights.h"
 #include "qvl/decoder/torch_view.h"
 #include "qvl/error.h"
@@ -32,7 +33,7 @@ void prefault(const void* data, size_t nbytes) {
   (void)sink;
 }
 
-// The name of a layer's projection in the int8 cache.
+// The name of a layer's projection in the int8 and int4 caches.
 std::string int8_name(int64_t layer, const char* projection) { return fmt::format("layers.{}.{}", layer, projection); }
 constexpr const char* kInt8LmHead = "lm_head";
 constexpr const char* kProjections[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
@@ -73,8 +74,8 @@ DecoderWeights::DecoderWeights(const Checkpoint& ckpt, const TextConfig& cfg, co
   layers_.resize(layer_srcs_.size());
   layer_loaded_.assign(layer_srcs_.size(), false);
 
-  if (opts.quant == WeightQuant::Int8) {
-    std::vector<Int8Source> sources;
+  if (opts.quant != WeightQuant::None) {
+    std::vector<QuantSource> sources;
     for (size_t i = 0; i < layer_srcs_.size(); ++i) {
       const LayerSources& s = layer_srcs_[i];
       const Source* projections[] = {&s.q_proj, &s.k_proj, &s.v_proj, &s.o_proj, &s.gate_proj, &s.up_proj, &s.down_proj};
@@ -82,7 +83,10 @@ DecoderWeights::DecoderWeights(const Checkpoint& ckpt, const TextConfig& cfg, co
         sources.push_back({int8_name(int64_t(i), kProjections[p]), projections[p]->view});
     }
     sources.push_back({kInt8LmHead, lm_head_src_.view});
-    int8_ = load_int8_cache(ckpt, sources, opts.quant_cache_dir, opts.int8_group_size, opts.on_note);
+    if (opts.quant == WeightQuant::Int8)
+      int8_ = load_int8_cache(ckpt, sources, opts.quant_cache_dir, opts.int8_group_size, opts.on_note);
+    else
+      int4_ = load_int4_cache(ckpt, sources, opts.quant_cache_dir, opts.on_note);
   }
 
   if (!lazy_) {
@@ -98,11 +102,19 @@ std::vector<ByteRange> DecoderWeights::forward_byte_order() const {
   auto add = [&](const Source& s) {
     if (s.view) order.push_back({s.view->data, s.view->nbytes});
   };
+  // A quantized projection is read from its cache file, never from the checkpoint.
   auto add_projection = [&](const Source& s, const std::string& name) {
-    if (!int8_) return add(s);
-    const kernels::Int8Matrix& m = int8_->get(name);
-    order.push_back({m.weights, m.weight_bytes()});
-    order.push_back({m.scales, m.scale_bytes()});
+    if (int4_) {
+      const kernels::Int4Matrix& m = int4_->get(name);
+      order.push_back({m.levels, m.level_bytes()});
+      order.push_back({m.params, m.param_bytes()});
+    } else if (int8_) {
+      const kernels::Int8Matrix& m = int8_->get(name);
+      order.push_back({m.weights, m.weight_bytes()});
+      order.push_back({m.scales, m.scale_bytes()});
+    } else {
+      add(s);
+    }
   };
   for (size_t i = 0; i < layer_srcs_.size(); ++i) {
     const LayerSources& s = layer_srcs_[i];
@@ -121,10 +133,7 @@ std::vector<ByteRange> DecoderWeights::forward_byte_order() const {
   add(norm_src_);
   // The embedding table serves lookups of a few rows; whole, it is read only
   // as the (tied) lm_head, after the last layer.
-  if (int8_)
-    add_projection(lm_head_src_, kInt8LmHead);
-  else
-    add(lm_head_src_);
+  add_projection(lm_head_src_, kInt8LmHead);
   return order;
 }
 
@@ -152,9 +161,17 @@ at::Tensor DecoderWeights::materialize(const Source& s, bool prefault_pages) con
   return view;
 }
 
-tensor::LinearWeight DecoderWeights::projection(const Source& s, const std::string& int8_name) const {
+tensor::LinearWeight DecoderWeights::projection(const Source& s, const std::string& name) const {
+  if (int4_) {
+    const kernels::Int4Matrix& m = int4_->get(name);
+    if (!lazy_) {
+      prefault(m.levels, m.level_bytes());
+      prefault(m.params, m.param_bytes());
+    }
+    return tensor::LinearWeight(m);
+  }
   if (!int8_) return materialize(s, !lazy_);
-  const kernels::Int8Matrix& m = int8_->get(int8_name);
+  const kernels::Int8Matrix& m = int8_->get(name);
   if (!lazy_) {
     prefault(m.weights, m.weight_bytes());
     prefault(m.scales, m.scale_bytes());
@@ -164,10 +181,10 @@ tensor::LinearWeight DecoderWeights::projection(const Source& s, const std::stri
 
 void DecoderWeights::load_globals() {
   if (globals_loaded_) return;
-  // With int8 the table serves only lookups, a few rows per token: no need to read it all.
-  embed_ = materialize(embed_src_, !lazy_ && !int8_);
+  // Quantized, the table serves only lookups, a few rows per token: no need to read it all.
+  embed_ = materialize(embed_src_, !lazy_ && !quantized());
   norm_ = materialize(norm_src_, !lazy_);
-  if (int8_)
+  if (quantized())
     lm_head_ = projection(lm_head_src_, kInt8LmHead);
   else
     lm_head_ = tied_ ? tensor::LinearWeight(embed_) : projection(lm_head_src_, kInt8LmHead);

@@ -9,6 +9,7 @@
 // a mapped cache file (made in the constructor if needed) and the checkpoint's
 // projection weights are never read again; the norms stay as above, and the
 // embedding table stays on the checkpoint, where a lookup reads a few rows.
+// WeightQuant::Int4 is the same with 4-bit matrices (decoder/int4_weights.h).
 #pragma once
 #include <ATen/ATen.h>
 
@@ -20,6 +21,7 @@
 #include "qvl/decoder/options.h"
 #include "qvl/io/page_prefetch.h"
 #include "qvl/io/safetensors.h"
+#include "qvl/kernels/int4_cache.h"
 #include "qvl/kernels/int8_cache.h"
 #include "qvl/tensor/linear.h"
 #include "qvl/model/checkpoint_layout.h"  // ExpectedTensor
@@ -45,7 +47,7 @@ class DecoderWeights {
 
   const at::Tensor& embed_tokens();          // [vocab, hidden]
   const at::Tensor& final_norm();            // [hidden]
-  const tensor::LinearWeight& lm_head();   // [vocab, hidden]; embed_tokens when tied (and not int8)
+  const tensor::LinearWeight& lm_head();   // [vocab, hidden]; embed_tokens when tied (and not quantized)
   const LayerWeights& layer(int64_t i);
 
   int64_t layers_loaded() const;
@@ -65,7 +67,9 @@ class DecoderWeights {
   // Looks the tensor up, with its shape and dtype checked (one-line errors).
   Source require(const ExpectedTensor& tensor);
   at::Tensor materialize(const Source& s, bool prefault_pages) const;
-  tensor::LinearWeight projection(const Source& s, const std::string& int8_name) const;
+  // The quantized matrix `name` (int8 or int4 mode), else the checkpoint's.
+  tensor::LinearWeight projection(const Source& s, const std::string& name) const;
+  bool quantized() const { return int8_ || int4_; }
   void load_layer(int64_t i);
   void load_globals();
   // The bytes a forward pass reads, in the order it reads them.
@@ -78,6 +82,7 @@ class DecoderWeights {
 
   Source embed_src_, norm_src_, lm_head_src_;
   std::unique_ptr<kernels::Int8Cache> int8_;  // set in int8 mode
+  std::unique_ptr<kernels::Int4Cache> int4_;  // set in int4 mode
   std::vector<LayerSources> layer_srcs_;
 
   bool globals_loaded_ = false;

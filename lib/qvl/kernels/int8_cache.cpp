@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "qvl/error.h"
+#include "qvl/kernels/cache_file.h"
 
 namespace qvl::kernels {
 
@@ -16,69 +17,11 @@ namespace {
 
 constexpr char kMagic[8] = {'Q', 'V', 'L', 'I', 'N', 'T', '8', '\n'};
 constexpr uint32_t kVersion = 1;
-constexpr uint64_t kAlignment = 64;
-
-uint64_t align_up(uint64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
+using cache_file::align_up;
 
 struct EntryHeader {
   int64_t rows, cols, padded_cols, group_size;
   uint64_t weights_offset, scales_offset;
-};
-
-class Writer {
- public:
-  explicit Writer(const std::string& path) : path_(path), file_(std::fopen(path.c_str(), "wb"), &std::fclose) {
-    if (!file_) throw Error(fmt::format("cannot create {}: {}", path, std::strerror(errno)));
-  }
-  void bytes(const void* data, size_t size) {
-    if (size > 0 && std::fwrite(data, 1, size, file_.get()) != size)
-      throw Error(fmt::format("cannot write {}: {}", path_, std::strerror(errno)));
-    written_ += size;
-  }
-  template <class T>
-  void value(const T& v) { bytes(&v, sizeof v); }
-  void pad_to(uint64_t offset) {
-    static const char zeros[kAlignment] = {};
-    while (written_ < offset) bytes(zeros, std::min<uint64_t>(offset - written_, kAlignment));
-  }
-  uint64_t written() const { return written_; }
-  void close() {
-    if (std::fclose(file_.release()) != 0) throw Error(fmt::format("cannot write {}: {}", path_, std::strerror(errno)));
-  }
-
- private:
-  std::string path_;
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file_;
-  uint64_t written_ = 0;
-};
-
-// Reads the header fields in order, refusing to run past the end of the file.
-class Reader {
- public:
-  Reader(const MappedFile& file) : file_(file) {}
-  void bytes(void* out, size_t size) {
-    if (size > file_.size() - offset_)
-      throw Error(fmt::format("{}: int8 cache header is truncated at byte {}", file_.path(), offset_));
-    std::memcpy(out, file_.data() + offset_, size);
-    offset_ += size;
-  }
-  template <class T>
-  T value() {
-    T v;
-    bytes(&v, sizeof v);
-    return v;
-  }
-  std::string string(uint64_t length) {
-    if (length > file_.size() - offset_)
-      throw Error(fmt::format("{}: int8 cache header is truncated at byte {}", file_.path(), offset_));
-    std::string s(reinterpret_cast<const char*>(file_.data() + offset_), length);
-    offset_ += length;
-    return s;
-  }
-
- private:
-  const MappedFile& file_;
-  size_t offset_ = 0;
 };
 
 }  // namespace
@@ -100,8 +43,7 @@ void write_int8_cache(const std::string& path, const std::string& tag,
     entries.push_back(e);
   }
 
-  const std::string temporary = path + ".tmp";
-  Writer out(temporary);
+  cache_file::Writer out(path);
   out.bytes(kMagic, sizeof kMagic);
   out.value(kVersion);
   out.value(uint32_t(matrices.size()));
@@ -120,13 +62,11 @@ void write_int8_cache(const std::string& path, const std::string& tag,
     out.bytes(m.scales, m.scale_bytes());
   }
   out.pad_to(offset);
-  out.close();
-  if (std::rename(temporary.c_str(), path.c_str()) != 0)
-    throw Error(fmt::format("cannot rename {} to {}: {}", temporary, path, std::strerror(errno)));
+  out.commit();
 }
 
 Int8Cache::Int8Cache(const std::string& path) : file_(path) {
-  Reader in(file_);
+  cache_file::Reader in(file_, "int8 cache");
   char magic[sizeof kMagic];
   in.bytes(magic, sizeof magic);
   if (std::memcmp(magic, kMagic, sizeof kMagic) != 0) throw Error(fmt::format("{}: not a qvl int8 cache file", path));
@@ -145,10 +85,7 @@ Int8Cache::Int8Cache(const std::string& path) : file_(path) {
     m.group_size = e.group_size;
     const std::string what = fmt::format("{}: matrix '{}'", path, name);
     validate_int8_layout(m, what);
-    const auto fits = [&](uint64_t offset, uint64_t size) {
-      return offset % kAlignment == 0 && offset <= file_.size() && size <= file_.size() - offset;
-    };
-    if (!fits(e.weights_offset, m.weight_bytes()) || !fits(e.scales_offset, m.scale_bytes()))
+    if (!in.fits(e.weights_offset, m.weight_bytes()) || !in.fits(e.scales_offset, m.scale_bytes()))
       throw Error(fmt::format("{} lies outside the file ({} bytes) or is misaligned", what, file_.size()));
     m.weights = reinterpret_cast<const int8_t*>(file_.data() + e.weights_offset);
     m.scales = reinterpret_cast<const float*>(file_.data() + e.scales_offset);

@@ -30,7 +30,7 @@ constexpr int64_t kQueryBlock = 256;
 
 int64_t dtype_bytes(const MemoryOptions& o) { return bytes_per_value(o.dtype); }
 
-bool is_int8(const MemoryOptions& o) { return o.quant == WeightQuant::Int8; }
+bool is_quantized(const MemoryOptions& o) { return o.quant != WeightQuant::None; }
 
 int threads_of(const MemoryOptions& o) {
   if (o.threads > 0) return o.threads;
@@ -47,7 +47,19 @@ int64_t int8_matrix_bytes(int64_t rows, int64_t cols) {
   return rows * padded + rows * (padded / kInt8GroupSize) * kFloatBytes;
 }
 
-int64_t text_weight_bytes(const ModelConfig& cfg, int64_t dtype_size, bool int8) {
+// The int4 cache's layout (kernels/quant4.h): rows padded to 128 columns, half
+// a byte per weight, two float16 per group of 64.
+int64_t int4_matrix_bytes(int64_t rows, int64_t cols) {
+  const int64_t padded = std::max<int64_t>(128, (cols + 127) / 128 * 128);
+  return rows * padded / 2 + rows * (padded / 64) * 4;
+}
+
+int64_t quantized_matrix_bytes(WeightQuant quant, int64_t rows, int64_t cols) {
+  return quant == WeightQuant::Int4 ? int4_matrix_bytes(rows, cols) : int8_matrix_bytes(rows, cols);
+}
+
+int64_t text_weight_bytes(const ModelConfig& cfg, int64_t dtype_size, WeightQuant quant) {
+  const bool int8 = quant != WeightQuant::None;  // (either kind)
   const TextConfig& t = cfg.text;
   int64_t bytes = 0;
   for (const ExpectedTensor& e : expected_tensors(cfg)) {
@@ -56,7 +68,7 @@ int64_t text_weight_bytes(const ModelConfig& cfg, int64_t dtype_size, bool int8)
     if (!int8) {
       bytes += n * dtype_size;  // bf16: the mapped checkpoint itself; f32: converted copies
     } else if (ends_with(e.name, "_proj.weight") || e.name == "lm_head.weight") {
-      bytes += int8_matrix_bytes(e.shape[0], e.shape[1]);
+      bytes += quantized_matrix_bytes(quant, e.shape[0], e.shape[1]);
     } else if (ends_with(e.name, "embed_tokens.weight")) {
       // With int8 the table only serves lookups, touching a few rows of the
       // (bf16) checkpoint, unless it has to be converted to float32 first.
@@ -65,7 +77,7 @@ int64_t text_weight_bytes(const ModelConfig& cfg, int64_t dtype_size, bool int8)
       bytes += n * dtype_size;
     }
   }
-  if (int8 && t.tie_word_embeddings) bytes += int8_matrix_bytes(t.vocab_size, t.hidden_size);  // the int8 lm_head
+  if (int8 && t.tie_word_embeddings) bytes += quantized_matrix_bytes(quant, t.vocab_size, t.hidden_size);  // the quantized lm_head
   return bytes;
 }
 
@@ -94,7 +106,7 @@ MemoryEstimate estimate_session_memory(const ModelConfig& cfg, const MemoryOptio
   const int64_t s = dtype_bytes(opts);
   const TextConfig& t = cfg.text;
   MemoryEstimate e;
-  e.text_weights = text_weight_bytes(cfg, s, is_int8(opts));
+  e.text_weights = text_weight_bytes(cfg, s, opts.quant);
   e.kv_cache = t.num_hidden_layers * 2 * t.num_key_value_heads * opts.max_context * t.head_dim * s;
   e.vision_weights = vision_weight_bytes(cfg, s);
   e.runtime = kRuntimeBytes;
@@ -195,7 +207,7 @@ void MemoryBudget::check_batch(int64_t sequences) const {
 
 void MemoryBudget::check(const MemoryEstimate& need, const std::string& advice) const {
   if (limit_bytes_ <= 0 || need.total() <= limit_bytes_) return;
-  std::string parts = fmt::format("{}{} weights {}", name_of(opts_.dtype), opts_.quant == WeightQuant::Int8 ? "/int8" : "",
+  std::string parts = fmt::format("{}{} weights {}", name_of(opts_.dtype), is_quantized(opts_) ? std::string("/") + name_of(opts_.quant) : "",
                                   format_bytes(need.text_weights + need.vision_weights));
   parts += " + KV cache " + format_bytes(need.kv_cache);
   if (need.images > 0) parts += " + images " + format_bytes(need.images);

@@ -19,9 +19,17 @@ int64_t bytes_per_value(ComputeDtype dtype) { return dtype == ComputeDtype::F32 
 WeightQuant parse_weight_quant(std::string_view name) {
   if (name == "none") return WeightQuant::None;
   if (name == "int8") return WeightQuant::Int8;
-  throw Error("unknown weight quantization '" + std::string(name) + "' (use none or int8)");
+  if (name == "int4") return WeightQuant::Int4;
+  throw Error("unknown weight quantization '" + std::string(name) + "' (use none, int8 or int4)");
 }
 
-const char* name_of(WeightQuant quant) { return quant == WeightQuant::Int8 ? "int8" : "none"; }
+const char* name_of(WeightQuant quant) {
+  switch (quant) {
+    case WeightQuant::Int8: return "int8";
+    case WeightQuant::Int4: return "int4";
+    case WeightQuant::None: break;
+  }
+  return "none";
+}
 
 }  // namespace qvl

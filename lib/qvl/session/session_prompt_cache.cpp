@@ -12,12 +12,23 @@
 #include "qvl/io/prompt_entry.h"
 #include "qvl/io/sha256.h"
 #include "qvl/kernels/cpu.h"
+#include "qvl/kernels/quant4.h"
 #include "qvl/session/session_internal.h"
 #include "qvl/text/prompt_prefix.h"
 #include "qvl/vision/module_builder.h"
 
 namespace qvl {
 namespace {
+
+// The group size of the quantized weights (their format is part of the key).
+int64_t quant_group_size(WeightQuant quant) {
+  switch (quant) {
+    case WeightQuant::None: return 0;
+    case WeightQuant::Int8: return kDefaultInt8GroupSize;
+    case WeightQuant::Int4: return kernels::kInt4GroupSize;
+  }
+  return -1;
+}
 
 // The program's own bytes: another build of qvl may compute the same keys and
 // values with other roundings (a new kernel), and a warm answer must be the
@@ -54,7 +65,7 @@ bool Session::Impl::open_prompt_cache() {
       "qvl prompt cache v{}\nweights {} config {}\ndtype {} quant {} group {}\nkernels {} threads {} program {}\n"
       "vision {}\n",
       kPromptEntryVersion, checkpoint.fingerprint(), config_hash, name_of(options.dtype), name_of(options.quant),
-      options.quant == WeightQuant::None ? 0 : kDefaultInt8GroupSize, kernels::isa_name(kernels::active_isa()),
+      quant_group_size(options.quant), kernels::isa_name(kernels::active_isa()),
       at::get_num_threads(), program_hash(), vision_module_version());
   return true;
 }

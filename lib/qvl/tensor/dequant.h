@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "qvl/kernels/quant.h"
+#include "qvl/kernels/quant4.h"
 
 namespace qvl::tensor {
 
@@ -11,5 +12,7 @@ namespace qvl::tensor {
 // rounded to nearest even from the float product. Throws qvl::Error on any
 // other tensor or rows outside w.
 void dequantize_rows_into(const kernels::Int8Matrix& w, int64_t first_row, at::Tensor& out);
+// The same for a 4-bit matrix (u · scale + min).
+void dequantize_rows_into(const kernels::Int4Matrix& w, int64_t first_row, at::Tensor& out);
 
 }  // namespace qvl::tensor

@@ -95,9 +95,10 @@ at::Tensor scratch_matrix(at::Tensor& scratch, int64_t rows, int64_t cols, at::S
   return scratch.narrow(0, 0, rows * cols).view({rows, cols});
 }
 
-// Long inputs against int8 weights on the avx512 tier: dequantize a block of
-// weight rows to x's dtype and let ATen (oneDNN for bf16) multiply.
-void int8_matmul_into(at::Tensor& out, const at::Tensor& x, const Int8Matrix& w, at::Tensor& scratch) {
+// Long inputs against int8 or int4 weights on the avx512 tier: dequantize a
+// block of weight rows to x's dtype and let ATen (oneDNN for bf16) multiply.
+template <class Matrix>
+void quantized_matmul_into(at::Tensor& out, const at::Tensor& x, const Matrix& w, at::Tensor& scratch) {
   const at::ScalarType dtype = x.scalar_type() == at::kFloat ? at::kFloat : at::kBFloat16;
   const at::Tensor input = x.to(dtype);
   const int64_t block = std::clamp<int64_t>(kDequantBlockElements / std::max<int64_t>(1, w.cols), 1, w.rows);
@@ -171,21 +172,50 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
   return out;
 }
 
-void linear_into(at::Tensor& out, const at::Tensor& x, const LinearWeight& weight, const at::Tensor& bias,
-                 at::Tensor& scratch) {
-  if (!weight.int8) return linear_into(out, x, weight.dense, bias);
-  const Int8Matrix& w = *weight.int8;
+namespace {
+
+// The int8 × int8 GEMM for long inputs, where the tier has a fast one; int4
+// weights have none and go through dequantized rows.
+bool gemm_into_if_fast(at::Tensor& out, const at::Tensor& x, const Int8Matrix& w) {
+  if (!kernels::gemm_int8_is_fast()) return false;
+  int8_gemm_into(out, x, w);
+  return true;
+}
+bool gemm_into_if_fast(at::Tensor&, const at::Tensor&, const Int4Matrix&) { return false; }
+
+// Short inputs through `gemv` (gemv_int8 or gemv_int4), long ones against
+// the dequantized weights, for either kind of quantized matrix.
+template <class Matrix, class Gemv>
+void quantized_linear_into(at::Tensor& out, const at::Tensor& x, const Matrix& w, const at::Tensor& bias,
+                           at::Tensor& scratch, Gemv gemv) {
   if (x.size(0) <= kInt8GemvMaxRows) {
-    gemv_into(out, x, w.rows, [&](const float* xf, float* yf, int64_t rows) { kernels::gemv_int8(w, xf, yf, rows); });
-  } else if (kernels::gemm_int8_is_fast()) {
-    int8_gemm_into(out, x, w);
+    gemv_into(out, x, w.rows, [&](const float* xf, float* yf, int64_t rows) { gemv(w, xf, yf, rows); });
+  } else if (gemm_into_if_fast(out, x, w)) {
+    // done: the integer GEMM
   } else if (x.scalar_type() != at::kFloat && !aten_bf16_matmul_is_fast()) {
     widened_linear(out, x, w.rows, bias, [&](int64_t first, at::Tensor& dense) { dequantize_rows_into(w, first, dense); });
     return;  // the bias is in already
   } else {
-    int8_matmul_into(out, x, w, scratch);
+    quantized_matmul_into(out, x, w, scratch);
   }
   if (bias.defined()) out.add_(bias);
+}
+
+}  // namespace
+
+void linear_into(at::Tensor& out, const at::Tensor& x, const LinearWeight& weight, const at::Tensor& bias,
+                 at::Tensor& scratch) {
+  if (weight.int4)
+    return quantized_linear_into(out, x, *weight.int4, bias, scratch,
+                                 [](const Int4Matrix& w, const float* xf, float* yf, int64_t rows) {
+                                   kernels::gemv_int4(w, xf, yf, rows);
+                                 });
+  if (weight.int8)
+    return quantized_linear_into(out, x, *weight.int8, bias, scratch,
+                                 [](const Int8Matrix& w, const float* xf, float* yf, int64_t rows) {
+                                   kernels::gemv_int8(w, xf, yf, rows);
+                                 });
+  linear_into(out, x, weight.dense, bias);
 }
 
 void matmul_into(at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {

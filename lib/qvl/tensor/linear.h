@@ -12,22 +12,27 @@
 #include <ATen/ATen.h>
 
 #include "qvl/kernels/quant.h"
+#include "qvl/kernels/quant4.h"
 
 namespace qvl::tensor {
 
+using kernels::Int4Matrix;
 using kernels::Int8Matrix;
 
 // A projection's weight [out, in]: a dense tensor (often a view of the mmapped
-// checkpoint) or an int8 matrix with per-group scales (weight-only int8).
+// checkpoint), an int8 matrix with per-group scales (weight-only int8) or a
+// 4-bit one (kernels/quant4.h).
 struct LinearWeight {
   at::Tensor dense;
   const Int8Matrix* int8 = nullptr;  // owned elsewhere, e.g. by a mapped Int8Cache
+  const Int4Matrix* int4 = nullptr;  // owned elsewhere, e.g. by a mapped Int4Cache
 
   LinearWeight() = default;
   // Implicit on purpose: wherever a weight is expected, a tensor is one.
   LinearWeight(at::Tensor weight) : dense(std::move(weight)) {}
   explicit LinearWeight(const Int8Matrix& weight) : int8(&weight) {}
-  bool defined() const { return dense.defined() || int8 != nullptr; }
+  explicit LinearWeight(const Int4Matrix& weight) : int4(&weight) {}
+  bool defined() const { return dense.defined() || int8 != nullptr || int4 != nullptr; }
 };
 
 // Up to this many rows, bf16 weights are multiplied by the GEMV (in pieces of
@@ -56,7 +61,8 @@ void matmul_into(at::Tensor& out, const at::Tensor& a, const at::Tensor& b);
 // it (avx512 with VNNI), and elsewhere are multiplied by ATen against
 // the weight dequantized to x's dtype, a block of weight rows at a time, in
 // `scratch`: grown when needed and kept by the caller for reuse, so no dense
-// copy of the weights outlives the call's working set.
+// copy of the weights outlives the call's working set. Int4 weights the same
+// way, with gemv_int4 up to kInt8GemvMaxRows rows.
 void linear_into(at::Tensor& out, const at::Tensor& x, const LinearWeight& weight, const at::Tensor& bias,
                  at::Tensor& scratch);
 
