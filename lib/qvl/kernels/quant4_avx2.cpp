@@ -30,9 +30,9 @@ inline float sum_lanes(__m256 v) {
 }
 
 struct MaddubsInt4Kernel {
-  // Measured (Zen 5, 2 threads, qvl_bench_kernels): at batch 1-3 the kernel
-  // waits on memory and one row at a time streams best; from batch 4 on two
-  // rows share each x load.
+  // Not tuned by measurement yet (the machine was busy): at small batches the
+  // kernel waits on memory, so one row at a time; from batch 4 on two rows
+  // share each x load.
   static constexpr int rows_per_block(int batch) { return batch <= 3 ? 1 : 2; }
 
   template <int N, int R>
