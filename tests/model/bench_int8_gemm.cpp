@@ -6,11 +6,15 @@
 //   int8     qvl's int8 × int8 GEMM (kernels/int8_gemm.h), bf16 in and out
 //   onednn   libtorch's quantized::linear_dynamic on the onednn engine
 //            (weights int8 per channel, activations u8 per tensor)
+//   f32      at::mm on float32 (OpenBLAS): what the avx2 tier's bf16 prefill
+//            runs (tensor::linear_into widens bf16 weights block by block);
+//            for that tier run with QVL_ISA=avx2 OPENBLAS_CORETYPE=Haswell and
+//            skip the bf16 route (oneDNN has no bf16 matmul for AVX2 alone)
 // Prints per shape the min over repetitions (ms, GOP/s = 2·M·N·K per second)
 // and each route's relative error ‖y − y_f32‖ / ‖y_f32‖ against a float32
 // GEMM of the same (unquantized) inputs.
 //
-//   qvl_bench_int8_gemm [repetitions=5] [rows=512] [threads=2] [route]
+//   qvl_bench_int8_gemm [repetitions=5] [rows=512] [threads=2] [route,route...]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -79,7 +83,10 @@ int main(int argc, char** argv) {
   const int repetitions = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
   const int64_t rows = argc > 2 ? std::max(1, std::atoi(argv[2])) : 512;
   const int threads = argc > 3 ? std::max(1, std::atoi(argv[3])) : 2;
-  const std::string only = argc > 4 ? argv[4] : "";  // run only the route of this name
+  const std::string only = argc > 4 ? argv[4] : "";  // run only the routes of these names (comma-separated)
+  const auto selected = [&](const char* route) {
+    return only.empty() || ("," + only + ",").find("," + std::string(route) + ",") != std::string::npos;
+  };
   at::set_num_threads(threads);  // as qvl does (session/threads.cpp): libtorch's default may be 1
   at::NoGradGuard no_grad;
   bool have_onednn = false;
@@ -87,8 +94,8 @@ int main(int argc, char** argv) {
   if (have_onednn) at::globalContext().setQEngine(at::kONEDNN);
   fmt::print("kernels: {}  ATen threads: {}  rows: {}  int8 GEMM kernel of its own: {}  onednn qengine: {}\n",
              kernels::isa_description(), at::get_num_threads(), rows, kernels::gemm_int8_is_fast(), have_onednn);
-  const char* routes[] = {"bf16", "deq+bf16", "int8", "onednn"};
-  constexpr int kRoutes = 4;
+  const char* routes[] = {"bf16", "deq+bf16", "int8", "onednn", "f32"};
+  constexpr int kRoutes = 5;
   for (const Shape& s : kShapes) {
     at::manual_seed(1);
     const at::Tensor w_bf16 = (at::randn({s.out, s.in}) * 0.02).to(at::kBFloat16);
@@ -102,6 +109,7 @@ int main(int argc, char** argv) {
     if (have_onednn) onednn = std::make_unique<OnednnLinear>(w_float);
     at::Tensor out[kRoutes];
     for (at::Tensor& o : out) o = at::empty({rows, s.out}, at::kBFloat16);
+    out[4] = at::empty({rows, s.out}, at::kFloat);
     at::Tensor scratch;
     std::function<void()> run[kRoutes] = {
         [&] { at::mm_out(out[0], x_bf16, w_bf16.t()); },
@@ -118,16 +126,17 @@ int main(int argc, char** argv) {
         [&] {
           if (onednn) out[3] = (*onednn)(x_float);
         },
+        [&] { at::mm_out(out[4], x_float, w_float.t()); },
     };
     double best[kRoutes];
     std::fill(best, best + kRoutes, 1e30);
     for (int rep = 0; rep < repetitions; ++rep)
       for (int r = 0; r < kRoutes; ++r)
-        if (only.empty() || only == routes[r]) best[r] = std::min(best[r], seconds_of(run[r]));
+        if (selected(routes[r])) best[r] = std::min(best[r], seconds_of(run[r]));
     const double ops = 2.0 * double(rows) * double(s.out) * double(s.in);
     fmt::print("\n== {} (M={} N={} K={})\n", s.name, rows, s.out, s.in);
     for (int r = 0; r < kRoutes; ++r) {
-      if ((r == 3 && !onednn) || (!only.empty() && only != routes[r])) continue;
+      if ((r == 3 && !onednn) || !selected(routes[r])) continue;
       fmt::print("  {:<9} {:8.2f} ms  {:7.1f} GOP/s  rel. error vs f32 {:.2e}\n", routes[r], best[r] * 1e3,
                  ops / best[r] / 1e9, relative_error(out[r], reference));
     }

@@ -116,6 +116,27 @@ TEST_CASE("gemm_int8: the integer reference on every tier and edge shape") {
   }
 }
 
+TEST_CASE("gemm_int8: the x86 tiers give the same bits") {
+  // Exact integer group sums and the same float accumulation: the avx2
+  // kernel (vpmaddubsw) and the avx512 one (vpdpbusd where the CPU has VNNI)
+  // promise each other's results.
+  std::vector<Isa> tiers;
+  for (Isa isa : supported_tiers())
+    if (qvl::test::is_simd_x86(isa)) tiers.push_back(isa);
+  if (tiers.size() < 2) return;
+  for (const GemmShape& s : kGemmShapes) {
+    CAPTURE(s.rows);
+    CAPTURE(s.out);
+    CAPTURE(s.in);
+    const GemmProblem p(s, uint64_t(s.rows * 31 + s.out * 7 + s.in));
+    const std::vector<float> first = run_gemm(p, tiers[0]);
+    for (size_t t = 1; t < tiers.size(); ++t) {
+      CAPTURE(isa_name(tiers[t]));
+      CHECK(same_bits(run_gemm(p, tiers[t]), first));
+    }
+  }
+}
+
 TEST_CASE("gemm_int8: within the quantization bound of the exact product of the unquantized inputs") {
   // |x·w − xq·sx · q·sw| per element <= |x|·sw/2 + |w|·sx/2 + sx·sw/4, summed
   // over k (each rounding moves a value by at most half its scale).

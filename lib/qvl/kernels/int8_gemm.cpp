@@ -64,6 +64,7 @@ TierKernels kernels_for(Isa isa) {
 #if QVL_X86
   if (isa == Isa::Avx512 && cpu_features().avx512_vnni)
     return {int8_quantize_rows_avx512_vnni, int8_gemm_panels_avx512_vnni};
+  if (isa == Isa::Avx2 || isa == Isa::Avx512) return {int8_quantize_rows_generic, int8_gemm_panels_avx2};
 #endif
   (void)isa;
   return {int8_quantize_rows_generic, int8_gemm_panels_generic};

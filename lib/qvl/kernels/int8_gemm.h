@@ -19,8 +19,9 @@ namespace qvl::kernels {
 // w.group_size: scale max|x| / 127, xq = round-half-even(x / scale)), so each
 // group's dot product is an exact integer; the float accumulation over the
 // groups is the same on every x86 tier. `isa`: whose code runs (the avx512
-// tier's VNNI kernel on CPUs with AVX512-VNNI; every other tier the portable
-// one — correct everywhere, fast only there). Throws qvl::Error on a bad
+// tier's VNNI kernel on CPUs with AVX512-VNNI; the AVX2 kernel (vpmaddubsw)
+// on the avx2 tier and on avx512 without VNNI; the portable one elsewhere —
+// correct everywhere, fast only on x86). Throws qvl::Error on a bad
 // layout, negative rows, strides shorter than a row, or a tier this CPU cannot run.
 void gemm_int8(const Int8Matrix& w, const void* x, Storage x_storage, int64_t x_stride, int64_t rows, void* y,
                Storage y_storage, int64_t y_stride, Isa isa = active_isa());

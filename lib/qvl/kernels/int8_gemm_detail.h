@@ -55,5 +55,9 @@ using Int8GemmPanels = void (*)(const Int8GemmJob& job, int64_t first_panel, int
 void int8_gemm_panels_generic(const Int8GemmJob& job, int64_t first_panel, int64_t end_panel);
 // Entered only when the avx512 tier is active on a CPU with AVX512-VNNI.
 void int8_gemm_panels_avx512_vnni(const Int8GemmJob& job, int64_t first_panel, int64_t end_panel);
+// Entered only when the avx2 tier is active, or the avx512 tier on a CPU
+// without AVX512-VNNI (int8_gemm_avx2.cpp: a panel of signed q, no +128, and
+// x_bias unused).
+void int8_gemm_panels_avx2(const Int8GemmJob& job, int64_t first_panel, int64_t end_panel);
 
 }  // namespace qvl::kernels::detail

@@ -58,7 +58,7 @@ void matmul_into(at::Tensor& out, const at::Tensor& a, const at::Tensor& b);
 // inputs (decode steps, batches, short follow-up prompts: up to
 // kInt8GemvMaxRows rows, in pieces of kMaxBatch); longer inputs (prefill) run
 // the int8 × int8 GEMM (kernels/int8_gemm.h) where the tier has a kernel for
-// it (avx512 with VNNI), and elsewhere are multiplied by ATen against
+// it (avx2, and avx512 with or without VNNI), and elsewhere are multiplied by ATen against
 // the weight dequantized to x's dtype, a block of weight rows at a time, in
 // `scratch`: grown when needed and kept by the caller for reuse, so no dense
 // copy of the weights outlives the call's working set. Int4 weights the same
