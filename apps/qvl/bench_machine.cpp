@@ -18,13 +18,13 @@ nlohmann::json machine_json(bool probe) {
   if (!probe) return m;
   const kernels::BandwidthProbe bw = kernels::measure_read_bandwidth();
   const kernels::ThroughputProbe bf16 = tensor::measure_bf16_gemm();
-  const kernels::ThroughputProbe int8 = kernels::measure_int8_gemv();
+  const kernels::ThroughputProbe int8 = kernels::measure_int8_gemm();
   m["read_gb_s"] = bw.gb_per_s;
   m["read_buffer_mb"] = bw.bytes >> 20;
   m["bf16_gflop_s"] = bf16.gops_per_s;
   m["bf16_gemm_shape"] = fmt::format("{}x{} by {}x{}", bf16.batch, bf16.cols, bf16.cols, bf16.rows);
   m["int8_gop_s"] = int8.gops_per_s;
-  m["int8_shape"] = fmt::format("gemv_int8 batch {} on {}x{}", int8.batch, int8.rows, int8.cols);
+  m["int8_shape"] = fmt::format("gemm_int8 {}x{} by {}x{}", int8.batch, int8.cols, int8.cols, int8.rows);
   return m;
 }
 
@@ -33,7 +33,7 @@ std::string machine_line(const nlohmann::json& m) {
                                  m.value("isa", std::string("?")), m.value("threads", 0),
                                  m.value("threads", 0) == 1 ? "" : "s");
   if (!m.contains("read_gb_s")) return line + " (not probed)";
-  return line + fmt::format(": read {:.1f} GB/s, bf16 GEMM {:.0f} GFLOP/s, int8 GEMV {:.0f} GOP/s",
+  return line + fmt::format(": read {:.1f} GB/s, bf16 GEMM {:.0f} GFLOP/s, int8 GEMM {:.0f} GOP/s",
                             m["read_gb_s"].get<double>(), m["bf16_gflop_s"].get<double>(),
                             m["int8_gop_s"].get<double>());
 }

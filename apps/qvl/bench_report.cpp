@@ -53,8 +53,11 @@ nlohmann::json efficiency(const BenchRow& row, const nlohmann::json& machine) {
   const double bytes = number_or(first, "decode_weight_bytes", 0);
   if (bytes > 0 && bandwidth > 0) out["decode"] = bytes * median(values_of(row, "decode_tok_s")) / bandwidth;
   const double prefill = number_or(first, "prefill_flops", 0), tokens = number_or(first, "prompt_tokens", 0);
-  if (prefill > 0 && tokens > 0 && gemm > 0)
-    out["prefill"] = prefill / tokens * median(values_of(row, "prefill_tok_s")) / gemm;
+  // --quant int8 prefills with the int8 GEMM (tensor/linear.h), so its ceiling is that one's.
+  const double prefill_ceiling =
+      row.quant == "int8" && machine.contains("int8_gop_s") ? machine["int8_gop_s"].get<double>() * 1e9 : gemm;
+  if (prefill > 0 && tokens > 0 && prefill_ceiling > 0)
+    out["prefill"] = prefill / tokens * median(values_of(row, "prefill_tok_s")) / prefill_ceiling;
   const double vision = number_or(first, "vision_flops", 0), vision_s = median(values_of(row, "vision_s"));
   if (vision > 0 && vision_s > 0 && gemm > 0) out["vision"] = vision / vision_s / gemm;
   return out;

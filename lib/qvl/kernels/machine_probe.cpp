@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "qvl/error.h"
+#include "qvl/kernels/int8_gemm.h"
 #include "qvl/kernels/quant.h"
 
 namespace qvl::kernels {
@@ -102,9 +103,8 @@ BandwidthProbe measure_read_bandwidth(int64_t bytes, int passes) {
   return probe;
 }
 
-ThroughputProbe measure_int8_gemv(int64_t rows, int64_t cols, int64_t batch, double min_seconds) {
-  if (rows < 1 || cols < 1 || batch < 1 || batch > kMaxBatch)
-    throw Error("measure_int8_gemv: rows, columns and batch must be positive (batch at most kMaxBatch)");
+ThroughputProbe measure_int8_gemm(int64_t rows, int64_t cols, int64_t batch, double min_seconds) {
+  if (rows < 1 || cols < 1 || batch < 1) throw Error("measure_int8_gemm: rows, columns and batch must be positive");
   QuantizedMatrix w(rows, cols, 128);
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int> value(-127, 127);
@@ -116,7 +116,8 @@ ThroughputProbe measure_int8_gemv(int64_t rows, int64_t cols, int64_t batch, dou
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   for (float& v : x) v = uniform(rng);
 
-  gemv_int8(m, x.data(), y.data(), batch);  // warm-up: page faults, thread start
+  auto product = [&] { gemm_int8(m, x.data(), Storage::F32, cols, batch, y.data(), Storage::F32, rows); };
+  product();  // warm-up: page faults, thread start
   ThroughputProbe probe;
   probe.rows = rows;
   probe.cols = cols;
@@ -125,7 +126,7 @@ ThroughputProbe measure_int8_gemv(int64_t rows, int64_t cols, int64_t batch, dou
   const double start = now_s();
   while (probe.calls < 3 || now_s() - start < min_seconds) {
     const double t0 = now_s();
-    gemv_int8(m, x.data(), y.data(), batch);
+    product();
     best = std::min(best, now_s() - t0);
     ++probe.calls;
   }

@@ -32,10 +32,11 @@ struct ThroughputProbe {
   int64_t rows = 0, cols = 0, batch = 0;
   int calls = 0;  // timed calls
 };
-// qvl's int8 GEMV (gemv_int8, the active tier's kernel) on a rows x cols int8
-// matrix with batch input rows (groups of 128), called until min_seconds have
-// passed (at least 3 calls). Throws qvl::Error on bad sizes.
-ThroughputProbe measure_int8_gemv(int64_t rows = 6144, int64_t cols = 2048, int64_t batch = 8,
+// qvl's int8 GEMM (gemm_int8, the route of --quant int8 prefill on the
+// active tier) on a rows x cols int8 matrix (groups of 128) times `batch`
+// float32 input rows, called until min_seconds have passed (at least 3
+// calls). Throws qvl::Error on bad sizes.
+ThroughputProbe measure_int8_gemm(int64_t rows = 6144, int64_t cols = 2048, int64_t batch = 512,
                                   double min_seconds = 0.4);
 
 }  // namespace qvl::kernels
