@@ -5,19 +5,19 @@
 # selections or a failing child end with one clear line.
 source "$(dirname "$0")/common.sh" "$@"
 
-# Defaults: both load modes in bf16, every supported quantization (none, int8).
+# Defaults: both load modes in bf16, every supported quantization (none, int8, int4).
 "$QVL" bench --model "$MODEL" --image "$DATA/images/small.png" --repeat 1 --max-new-tokens 4 --json \
   > "$TMP/image.json" 2> "$TMP/image.err"
 rc=$?
 check "bench --json with an image exits 0" "[ $rc -eq 0 ] || { cat '$TMP/image.err'; false; }"
-check "... and reports progress on stderr" "grep -q 'bench: \[4/4\]' '$TMP/image.err'"
+check "... and reports progress on stderr" "grep -q 'bench: \[6/6\]' '$TMP/image.err'"
 python3 - "$TMP/image.json" <<'PY' || fail=1
 import json, sys
 rows = json.load(open(sys.argv[1]))
 assert isinstance(rows, list), "the output is not a JSON array"
 modes = sorted(r["mode"] for r in rows)
-assert modes == ["eager", "eager", "lazy", "lazy"], f"rows for modes {modes}, expected lazy and eager twice"
-assert sorted(r["quant"] for r in rows) == ["int8", "int8", "none", "none"], "expected every mode with none and int8"
+assert modes == ["eager"] * 3 + ["lazy"] * 3, f"rows for modes {modes}, expected lazy and eager three times"
+assert sorted(r["quant"] for r in rows) == ["int4", "int4", "int8", "int8", "none", "none"], "expected every mode with none, int8 and int4"
 measures = ["load_s", "peak_rss_mb", "vision_s", "prefill_tok_s", "decode_tok_s", "ttft_s"]
 def positive(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
@@ -55,9 +55,10 @@ for r in rows:
     assert run["contenders"] == 0, f"{where}: {run['contenders']} contenders without --contend"
 # Bytes per decode token, worked out by hand in tests/unit/test_model_cost.cpp:
 # bf16 2 x (5095424 matrix + 1312 vector elements); int8 pads the tiny model's
-# 32-wide rows to groups of 128 bytes (+ a float scale each), so it is larger.
+# 32-wide rows to groups of 128 bytes (+ a float scale each), so it is larger;
+# int4 pads them to 128 columns: 72 bytes a row with the float16 scales and offsets.
 by_quant = {r["quant"]: r["runs"][0]["decode_weight_bytes"] for r in rows}
-assert by_quant == {"none": 10193472, "int8": 20784704}, f"decode bytes {by_quant}"
+assert by_quant == {"none": 10193472, "int8": 20784704, "int4": 11338304}, f"decode bytes {by_quant}"
 print("ok: JSON has both modes with every measure positive, the machine and the efficiencies")
 PY
 
@@ -110,11 +111,11 @@ check "... leaving no busy-loop process running" "! pgrep -f 'bench --model .*--
 check "--contend -1 exits 2" "[ $? -eq 2 ]"
 
 # Unsupported selections: exit 2 with a message naming the value and what is supported.
-"$QVL" bench --model "$MODEL" --quant int4 > "$TMP/quant.out" 2> "$TMP/quant.err"
+"$QVL" bench --model "$MODEL" --quant int3 > "$TMP/quant.out" 2> "$TMP/quant.err"
 rc=$?
-check "--quant int4 exits non-zero" "[ $rc -ne 0 ]"
-check "... saying int4 is not supported and what is" \
-  "grep -q \"'int4' is not supported (supported: none, int8)\" '$TMP/quant.err' || { cat '$TMP/quant.err'; false; }"
+check "--quant int3 exits non-zero" "[ $rc -ne 0 ]"
+check "... saying int3 is not supported and what is" \
+  "grep -q \"'int3' is not supported (supported: none, int8, int4)\" '$TMP/quant.err' || { cat '$TMP/quant.err'; false; }"
 check "... and prints nothing on stdout" "[ ! -s '$TMP/quant.out' ]"
 "$QVL" bench --model "$MODEL" --load lazy,fast > /dev/null 2>&1
 check "--load lazy,fast exits 2" "[ $? -eq 2 ]"

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include "qvl/error.h"
+#include "qvl/kernels/quant4.h"
 #include "qvl/model/config.h"
 #include "qvl/model/model_cost.h"
 #include "test_support.h"
@@ -35,6 +36,23 @@ TEST_CASE("decoder matrix elements and bytes per token of the tiny model") {
   const double g64 = 4 * (512 * 68 + 256 * 68 * 2 + 32 * 8 * 68 + 96 * 68 * 2 + 32 * 2 * 68) + 151936.0 * 68;
   CHECK(decode_weight_bytes_per_token(t, ComputeDtype::BF16, WeightQuant::Int8, 64) == g64 + 2 * 1312);
   CHECK_THROWS_AS(decode_weight_bytes_per_token(t, ComputeDtype::BF16, WeightQuant::Int8, 0), Error);
+  // int4: rows padded to 128 columns, 64 bytes of levels + 2 groups x 4 bytes of
+  // float16 scale and offset = 72 bytes for 32 or 96 columns, 288 for o's 512:
+  // q 512x72 + k, v 2x256x72 + o 32x288 + gate, up 2x96x72 + down 32x72 = 99072
+  // per layer, 396288 for 4; output 151936 x 72.
+  CHECK(decode_weight_bytes_per_token(t, ComputeDtype::BF16, WeightQuant::Int4) ==
+        396288.0 + 151936.0 * 72 + 2 * 1312);
+}
+
+TEST_CASE("int4 bytes per token agree with the int4 matrices the kernels allocate") {
+  const TextConfig t = tiny().text;
+  auto bytes = [](int64_t rows, int64_t cols) {
+    const kernels::QuantizedInt4Matrix m(rows, cols);
+    return double(m.view().level_bytes() + m.view().param_bytes());
+  };
+  const double layer = bytes(512, 32) + 2 * bytes(256, 32) + bytes(32, 512) + 2 * bytes(96, 32) + bytes(32, 96);
+  CHECK(decode_weight_bytes_per_token(t, ComputeDtype::BF16, WeightQuant::Int4) ==
+        4 * layer + bytes(151936, 32) + 2 * 1312);
 }
 
 TEST_CASE("prefill FLOPs of the tiny model") {

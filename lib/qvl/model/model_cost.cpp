@@ -38,6 +38,16 @@ double int8_matrix_bytes(int64_t rows, int64_t cols, int64_t group) {
   return double(rows) * double(groups) * double(group + int64_t(sizeof(float)));
 }
 
+// Bytes of an int4 matrix [rows, cols] (kernels/quant4.h, which model/ may
+// not include; tests/unit/test_model_cost.cpp checks these numbers against
+// it): rows padded to chunks of 128 columns, two levels per byte, a float16
+// scale and offset per 64 columns.
+double int4_matrix_bytes(int64_t rows, int64_t cols) {
+  constexpr int64_t kChunk = 128, kGroup = 64, kParamBytesPerGroup = 4;
+  const int64_t padded = (cols + kChunk - 1) / kChunk * kChunk;
+  return double(rows) * double(padded / 2 + padded / kGroup * kParamBytesPerGroup);
+}
+
 }  // namespace
 
 int64_t decoder_matrix_elements(const TextConfig& t) {
@@ -56,6 +66,12 @@ double decode_weight_bytes_per_token(const TextConfig& t, ComputeDtype dtype, We
       double matrices = int8_matrix_bytes(t.vocab_size, t.hidden_size, int8_group_size);
       for (const ExpectedTensor& m : layer_matrices(t))
         matrices += double(t.num_hidden_layers) * int8_matrix_bytes(m.shape[0], m.shape[1], int8_group_size);
+      return matrices + vectors;
+    }
+    case WeightQuant::Int4: {
+      double matrices = int4_matrix_bytes(t.vocab_size, t.hidden_size);
+      for (const ExpectedTensor& m : layer_matrices(t))
+        matrices += double(t.num_hidden_layers) * int4_matrix_bytes(m.shape[0], m.shape[1]);
       return matrices + vectors;
     }
   }

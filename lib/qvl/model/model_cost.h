@@ -20,7 +20,9 @@ int64_t decoder_matrix_elements(const TextConfig& t);
 
 // Bytes of decoder weights a decode step streams from memory: those matrices
 // in `quant`'s format (int8: one byte per element, rows padded to the group,
-// plus a float scale per group; none: `dtype`'s width) and the norm vectors.
+// plus a float scale per group; int4: half a byte per element, rows padded to
+// 128 columns, a float16 scale and offset per 64; none: `dtype`'s width) and
+// the norm vectors.
 // Throws qvl::Error for a group size that is not positive.
 double decode_weight_bytes_per_token(const TextConfig& t, ComputeDtype dtype, WeightQuant quant,
                                      int64_t int8_group_size = kDefaultInt8GroupSize);
