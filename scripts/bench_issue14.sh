@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The before/after runs of docs/PERFORMANCE.md "Issue 14 before/after": two qvl
+# binaries alternated on the 2B shapes, every run a fresh process. Usage:
+#   BEFORE=old/qvl AFTER=build/apps/qvl MODEL=/work/synth-2b IMAGE=img640x480.png \
+#   PROMPT_FILE=prompt495.txt OUT=results/ scripts/bench_issue14.sh
+# (the "before" binary predates --contend, --no-probe, int4 and the prompt
+# cache, so only flags both know are used for it). Takes ~16 minutes.
+set -u
+B=${BEFORE:?old qvl binary}; A=${AFTER:-build/apps/qvl}; M=${MODEL:?2B-shaped model folder}
+I=${IMAGE:?a 640x480 image}; P="$(cat "${PROMPT_FILE:?a ~500-token text prompt file}")"
+out=${OUT:-bench-issue14}; mkdir -p "$out"
+log() { echo "$(date -u +%T) load $(cut -d' ' -f1-3 /proc/loadavg) $*" | tee -a "$out/log"; }
+grep -m2 -E "cpu family|^model\s" /proc/cpuinfo >> "$out/log"
+for r in 1 2; do
+  log "img before r$r"; "$B" bench --model "$M" --image "$I" --load lazy,eager --quant none,int8 --repeat 2 -n 32 --json > "$out/img-before-$r.json" 2> "$out/img-before-$r.err"
+  log "img after r$r";  "$A" bench --model "$M" --image "$I" --load lazy,eager --quant none,int8,int4 --repeat 2 -n 32 --json > "$out/img-after-$r.json" 2> "$out/img-after-$r.err"
+  log "text before r$r"; "$B" bench --model "$M" --prompt "$P" --load eager --quant none,int8 --repeat 2 -n 8 --json > "$out/text-before-$r.json" 2> "$out/text-before-$r.err"
+  log "text after r$r";  "$A" bench --model "$M" --prompt "$P" --load eager --quant none,int8 --repeat 2 -n 8 --no-probe --json > "$out/text-after-$r.json" 2> "$out/text-after-$r.err"
+done
+# Fairness: the same busy loop beside both binaries.
+for r in 1 2; do
+  for who in before after; do
+    bin=$B; extra=(); [ $who = after ] && { bin=$A; extra=(--no-probe); }
+    log "fair alone $who r$r"; "$bin" bench --model "$M" --prompt "$P" --load eager --quant none --repeat 1 -n 32 "${extra[@]}" --json > "$out/fair-alone-$who-$r.json" 2> "$out/fair-alone-$who-$r.err"
+    bash -c 'while :; do :; done' & busy=$!
+    log "fair busy $who r$r"; "$bin" bench --model "$M" --prompt "$P" --load eager --quant none --repeat 1 -n 32 "${extra[@]}" --json > "$out/fair-busy-$who-$r.json" 2> "$out/fair-busy-$who-$r.err"
+    kill $busy; wait $busy 2>/dev/null
+  done
+done
+# Prompt cache: one cold question, then three others about the same image.
+for load in lazy eager; do
+  rm -rf "$out/prompts"
+  log "pcache cold $load"; "$A" ask --model "$M" --image "$I" --load $load --prompt-cache "$out/prompts" -n 8 --json "What is in this picture?" > "$out/pc-cold-$load.json" 2> "$out/pc-cold-$load.err"
+  for q in "Describe the colours." "Is there any text?" "What is in the corner?"; do
+    log "pcache warm $load"; "$A" ask --model "$M" --image "$I" --load $load --prompt-cache "$out/prompts" -n 8 --json "$q" >> "$out/pc-warm-$load.json" 2>> "$out/pc-warm-$load.err"
+  done
+done
+# The avx2 tier on this CPU.
+for r in 1 2; do
+  log "avx2 after r$r";  QVL_ISA=avx2 "$A" bench --model "$M" --prompt "Describe a cat in one sentence." --load eager --quant none,int8,int4 --repeat 1 -n 32 --json > "$out/avx2-dec-after-$r.json" 2> "$out/avx2-dec-after-$r.err"
+  log "avx2 before r$r"; QVL_ISA=avx2 "$B" bench --model "$M" --prompt "Describe a cat in one sentence." --load eager --quant none,int8 --repeat 1 -n 32 --json > "$out/avx2-dec-before-$r.json" 2> "$out/avx2-dec-before-$r.err"
+  log "avx2 text after r$r";  QVL_ISA=avx2 "$A" bench --model "$M" --prompt "$P" --load eager --quant none,int8 --repeat 1 -n 4 --no-probe --json > "$out/avx2-text-after-$r.json" 2> "$out/avx2-text-after-$r.err"
+  log "avx2 text before r$r"; QVL_ISA=avx2 "$B" bench --model "$M" --prompt "$P" --load eager --quant none,int8 --repeat 1 -n 4 --json > "$out/avx2-text-before-$r.json" 2> "$out/avx2-text-before-$r.err"
+done
+log done
