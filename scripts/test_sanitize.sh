@@ -8,7 +8,12 @@
 #
 #   scripts/test_sanitize.sh            qvl_unit_tests
 #   scripts/test_sanitize.sh --model    also qvl_model_tests (torch; slow to build)
-#   scripts/test_sanitize.sh --all      also the qvl binary, and every CLI test runs it
+#   scripts/test_sanitize.sh --cli      unit tests, the qvl binary, and every CLI test runs it
+#                                       (what scripts/test.sh runs: the CLI tests drive the
+#                                       decoder, vision and session code the model suite tests,
+#                                       and skipping the model suite's ASan build keeps the
+#                                       README's test command near 25 minutes)
+#   scripts/test_sanitize.sh --all      all of the above
 #
 # Extra arguments after the options go to the test binaries (doctest flags).
 set -euo pipefail
@@ -18,6 +23,7 @@ with_model=0
 with_cli=0
 case "${1:-}" in
   --model) with_model=1; shift ;;
+  --cli) with_cli=1; shift ;;
   --all) with_model=1; with_cli=1; shift ;;
 esac
 
