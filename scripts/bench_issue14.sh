@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The before/after runs of docs/PERFORMANCE.md "Issue 14 before/after": two qvl
 # binaries alternated on the 2B shapes, every run a fresh process. Usage:
-#   BEFORE=old/qvl AFTER=build/apps/qvl MODEL=/work/synth-2b IMAGE=img640x480.png \
+#   BEFORE=old/qvl AFTER=build/apps/qvl MODEL=synth-2b IMAGE=img640x480.png \
 #   PROMPT_FILE=prompt495.txt OUT=results/ scripts/bench_issue14.sh
 # (the "before" binary predates --contend, --no-probe, int4 and the prompt
 # cache, so only flags both know are used for it). Takes ~16 minutes.

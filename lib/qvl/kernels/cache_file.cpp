@@ -4,11 +4,55 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <memory>
 
 #include "qvl/error.h"
 
 namespace qvl::kernels::cache_file {
+namespace {
+
+constexpr uint64_t kAlignment = 64;  // every data block starts on a cache line
+inline uint64_t align_up(uint64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
+
+class Writer {
+ public:
+  explicit Writer(const std::string& path);  // creates path + ".tmp"
+  ~Writer();                                 // removes the temporary unless commit() ran
+  void bytes(const void* data, size_t size);
+  template <class T>
+  void value(const T& v) { bytes(&v, sizeof v); }
+  void pad_to(uint64_t offset);  // zeros up to `offset`
+  uint64_t written() const { return written_; }
+  void commit();  // closes the temporary and renames it to the path
+
+ private:
+  std::string path_, temporary_;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file_;
+  uint64_t written_ = 0;
+  bool committed_ = false;
+};
+
+// Reads header fields in order; `kind` names the file in errors ("int8 cache").
+class Reader {
+ public:
+  Reader(const MappedFile& file, const char* kind) : file_(file), kind_(kind) {}
+  void bytes(void* out, size_t size);
+  template <class T>
+  T value() {
+    T v;
+    bytes(&v, sizeof v);
+    return v;
+  }
+  std::string string(uint64_t length);
+
+ private:
+  const MappedFile& file_;
+  const char* kind_;
+  size_t offset_ = 0;
+};
+
 
 Writer::Writer(const std::string& path)
     : path_(path), temporary_(path + ".tmp"), file_(std::fopen(temporary_.c_str(), "wb"), &std::fclose) {
@@ -53,6 +97,81 @@ std::string Reader::string(uint64_t length) {
   std::string s(reinterpret_cast<const char*>(file_.data() + offset_), length);
   offset_ += length;
   return s;
+}
+
+struct EntryHeader {
+  MatrixShape shape;
+  uint64_t values_offset, params_offset;
+};
+
+}  // namespace
+
+void write_matrix_file(const std::string& path, const char (&magic)[8], uint32_t version,
+                       const std::string& tag, const std::vector<MatrixBlocks>& matrices) {
+  uint64_t header_size = sizeof magic + 4 + 4 + 8 + tag.size();
+  for (const MatrixBlocks& m : matrices) header_size += 4 + m.name.size() + sizeof(EntryHeader);
+  std::vector<EntryHeader> entries;
+  uint64_t offset = align_up(header_size);
+  for (const MatrixBlocks& m : matrices) {
+    EntryHeader e{m.shape, offset, 0};
+    offset = align_up(offset + m.value_bytes);
+    e.params_offset = offset;
+    offset = align_up(offset + m.param_bytes);
+    entries.push_back(e);
+  }
+
+  Writer out(path);
+  out.bytes(magic, sizeof magic);
+  out.value(version);
+  out.value(uint32_t(matrices.size()));
+  out.value(uint64_t(tag.size()));
+  out.bytes(tag.data(), tag.size());
+  for (size_t i = 0; i < matrices.size(); ++i) {
+    out.value(uint32_t(matrices[i].name.size()));
+    out.bytes(matrices[i].name.data(), matrices[i].name.size());
+    out.value(entries[i]);
+  }
+  for (size_t i = 0; i < matrices.size(); ++i) {
+    out.pad_to(entries[i].values_offset);
+    out.bytes(matrices[i].values, matrices[i].value_bytes);
+    out.pad_to(entries[i].params_offset);
+    out.bytes(matrices[i].params, matrices[i].param_bytes);
+  }
+  out.pad_to(offset);
+  out.commit();
+}
+
+MatrixFileHeader read_matrix_file(const MappedFile& file, const char* kind, const char (&magic)[8],
+                                  uint32_t version) {
+  const std::string file_kind = fmt::format("{} cache", kind);
+  Reader in(file, file_kind.c_str());
+  char found[sizeof magic];
+  in.bytes(found, sizeof found);
+  if (std::memcmp(found, magic, sizeof magic) != 0)
+    throw Error(fmt::format("{}: not a qvl {} cache file", file.path(), kind));
+  const auto found_version = in.value<uint32_t>();
+  if (found_version != version)
+    throw Error(fmt::format("{}: {} cache version {} (this build reads version {})", file.path(), kind, found_version,
+                            version));
+  const auto count = in.value<uint32_t>();
+  MatrixFileHeader header;
+  header.tag = in.string(in.value<uint64_t>());
+  for (uint32_t i = 0; i < count; ++i) {
+    MatrixEntry entry;
+    entry.name = in.string(in.value<uint32_t>());
+    const auto e = in.value<EntryHeader>();
+    entry.shape = e.shape;
+    entry.values_offset = e.values_offset;
+    entry.params_offset = e.params_offset;
+    header.entries.push_back(std::move(entry));
+  }
+  return header;
+}
+
+const uint8_t* block(const MappedFile& file, const std::string& what, uint64_t offset, uint64_t size) {
+  const bool fits = offset % kAlignment == 0 && offset <= file.size() && size <= file.size() - offset;
+  if (!fits) throw Error(fmt::format("{} lies outside the file ({} bytes) or is misaligned", what, file.size()));
+  return file.data() + offset;
 }
 
 }  // namespace qvl::kernels::cache_file

@@ -1,59 +1,49 @@
-// Internal to lib/qvl/kernels: what the quantized-weight cache files (int8_cache,
-// int4_cache) share: a writer that goes through "<path>.tmp" and renames, so a
-// crash never leaves a torn file, and a header reader that never runs past
-// the end of the mapping. Both throw qvl::Error naming the file.
+// Internal to lib/qvl/kernels: the file layout the quantized-weight caches
+// (int8_cache, int4_cache) share. Writing goes through "<path>.tmp" and a
+// rename, so a crash never leaves a torn file; reading never runs past the end
+// of the mapping. Both throw qvl::Error naming the file.
 #pragma once
 #include <cstdint>
-#include <cstdio>
-#include <memory>
 #include <string>
+#include <vector>
 
 #include "qvl/io/mapped_file.h"
 
 namespace qvl::kernels::cache_file {
 
-constexpr uint64_t kAlignment = 64;  // every data block starts on a cache line
-inline uint64_t align_up(uint64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
-
-class Writer {
- public:
-  explicit Writer(const std::string& path);  // creates path + ".tmp"
-  ~Writer();                                 // removes the temporary unless commit() ran
-  void bytes(const void* data, size_t size);
-  template <class T>
-  void value(const T& v) { bytes(&v, sizeof v); }
-  void pad_to(uint64_t offset);  // zeros up to `offset`
-  uint64_t written() const { return written_; }
-  void commit();  // closes the temporary and renames it to the path
-
- private:
-  std::string path_, temporary_;
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file_;
-  uint64_t written_ = 0;
-  bool committed_ = false;
+// The layout both caches share (little endian; offsets from the file's start):
+//   magic (8 bytes)  u32 version  u32 count  u64 tag length, tag bytes
+//   count × { u32 name length, name bytes, i64 rows, cols, padded_cols,
+//             group_size, u64 values offset, u64 params offset }
+//   then each matrix's values and params, every block 64-byte aligned.
+// `kind` ("int8", "int4") names the file in errors ("not a qvl int8 cache file").
+struct MatrixShape {
+  int64_t rows = 0, cols = 0, padded_cols = 0, group_size = 0;
 };
-
-// Reads header fields in order; `kind` names the file in errors ("int8 cache").
-class Reader {
- public:
-  Reader(const MappedFile& file, const char* kind) : file_(file), kind_(kind) {}
-  void bytes(void* out, size_t size);
-  template <class T>
-  T value() {
-    T v;
-    bytes(&v, sizeof v);
-    return v;
-  }
-  std::string string(uint64_t length);
-  // Whether [offset, offset + size) lies in the file and offset is aligned.
-  bool fits(uint64_t offset, uint64_t size) const {
-    return offset % kAlignment == 0 && offset <= file_.size() && size <= file_.size() - offset;
-  }
-
- private:
-  const MappedFile& file_;
-  const char* kind_;
-  size_t offset_ = 0;
+struct MatrixBlocks {  // one matrix to write
+  std::string name;
+  MatrixShape shape;
+  const void* values = nullptr;
+  uint64_t value_bytes = 0;
+  const void* params = nullptr;
+  uint64_t param_bytes = 0;
 };
+void write_matrix_file(const std::string& path, const char (&magic)[8], uint32_t version,
+                       const std::string& tag, const std::vector<MatrixBlocks>& matrices);
+
+struct MatrixEntry {  // one matrix read back: its blocks are checked by block()
+  std::string name;
+  MatrixShape shape;
+  uint64_t values_offset = 0, params_offset = 0;
+};
+struct MatrixFileHeader {
+  std::string tag;
+  std::vector<MatrixEntry> entries;
+};
+MatrixFileHeader read_matrix_file(const MappedFile& file, const char* kind, const char (&magic)[8],
+                                  uint32_t version);
+// The block [offset, offset + size) of `file`; throws naming `what` when it
+// lies outside the file or is misaligned.
+const uint8_t* block(const MappedFile& file, const std::string& what, uint64_t offset, uint64_t size);
 
 }  // namespace qvl::kernels::cache_file

@@ -2,11 +2,7 @@
 
 #include <fmt/core.h>
 
-#include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <memory>
+#include <utility>
 
 #include "qvl/error.h"
 #include "qvl/kernels/cache_file.h"
@@ -17,79 +13,34 @@ namespace {
 
 constexpr char kMagic[8] = {'Q', 'V', 'L', 'I', 'N', 'T', '8', '\n'};
 constexpr uint32_t kVersion = 1;
-using cache_file::align_up;
-
-struct EntryHeader {
-  int64_t rows, cols, padded_cols, group_size;
-  uint64_t weights_offset, scales_offset;
-};
 
 }  // namespace
 
 void write_int8_cache(const std::string& path, const std::string& tag,
                       const std::vector<std::pair<std::string, Int8Matrix>>& matrices) {
-  uint64_t header_size = sizeof kMagic + 4 + 4 + 8 + tag.size();
+  std::vector<cache_file::MatrixBlocks> blocks;
   for (const auto& [name, m] : matrices) {
     validate_int8_layout(m, fmt::format("int8 cache entry '{}'", name));
-    header_size += 4 + name.size() + sizeof(EntryHeader);
+    blocks.push_back({name, {m.rows, m.cols, m.padded_cols, m.group_size},
+                      m.weights, m.weight_bytes(), m.scales, m.scale_bytes()});
   }
-  std::vector<EntryHeader> entries;
-  uint64_t offset = align_up(header_size);
-  for (const auto& [name, m] : matrices) {
-    EntryHeader e{m.rows, m.cols, m.padded_cols, m.group_size, offset, 0};
-    offset = align_up(offset + m.weight_bytes());
-    e.scales_offset = offset;
-    offset = align_up(offset + m.scale_bytes());
-    entries.push_back(e);
-  }
-
-  cache_file::Writer out(path);
-  out.bytes(kMagic, sizeof kMagic);
-  out.value(kVersion);
-  out.value(uint32_t(matrices.size()));
-  out.value(uint64_t(tag.size()));
-  out.bytes(tag.data(), tag.size());
-  for (size_t i = 0; i < matrices.size(); ++i) {
-    out.value(uint32_t(matrices[i].first.size()));
-    out.bytes(matrices[i].first.data(), matrices[i].first.size());
-    out.value(entries[i]);
-  }
-  for (size_t i = 0; i < matrices.size(); ++i) {
-    const Int8Matrix& m = matrices[i].second;
-    out.pad_to(entries[i].weights_offset);
-    out.bytes(m.weights, m.weight_bytes());
-    out.pad_to(entries[i].scales_offset);
-    out.bytes(m.scales, m.scale_bytes());
-  }
-  out.pad_to(offset);
-  out.commit();
+  cache_file::write_matrix_file(path, kMagic, kVersion, tag, blocks);
 }
 
 Int8Cache::Int8Cache(const std::string& path) : file_(path) {
-  cache_file::Reader in(file_, "int8 cache");
-  char magic[sizeof kMagic];
-  in.bytes(magic, sizeof magic);
-  if (std::memcmp(magic, kMagic, sizeof kMagic) != 0) throw Error(fmt::format("{}: not a qvl int8 cache file", path));
-  const auto version = in.value<uint32_t>();
-  if (version != kVersion)
-    throw Error(fmt::format("{}: int8 cache version {} (this build reads version {})", path, version, kVersion));
-  const auto count = in.value<uint32_t>();
-  tag_ = in.string(in.value<uint64_t>());
-  for (uint32_t i = 0; i < count; ++i) {
-    const std::string name = in.string(in.value<uint32_t>());
-    const auto e = in.value<EntryHeader>();
+  cache_file::MatrixFileHeader header = cache_file::read_matrix_file(file_, "int8", kMagic, kVersion);
+  tag_ = std::move(header.tag);
+  for (const cache_file::MatrixEntry& e : header.entries) {
     Int8Matrix m;
-    m.rows = e.rows;
-    m.cols = e.cols;
-    m.padded_cols = e.padded_cols;
-    m.group_size = e.group_size;
-    const std::string what = fmt::format("{}: matrix '{}'", path, name);
+    m.rows = e.shape.rows;
+    m.cols = e.shape.cols;
+    m.padded_cols = e.shape.padded_cols;
+    m.group_size = e.shape.group_size;
+    const std::string what = fmt::format("{}: matrix '{}'", path, e.name);
     validate_int8_layout(m, what);
-    if (!in.fits(e.weights_offset, m.weight_bytes()) || !in.fits(e.scales_offset, m.scale_bytes()))
-      throw Error(fmt::format("{} lies outside the file ({} bytes) or is misaligned", what, file_.size()));
-    m.weights = reinterpret_cast<const int8_t*>(file_.data() + e.weights_offset);
-    m.scales = reinterpret_cast<const float*>(file_.data() + e.scales_offset);
-    if (!matrices_.emplace(name, m).second) throw Error(fmt::format("{} appears twice", what));
+    m.weights = reinterpret_cast<const int8_t*>(cache_file::block(file_, what, e.values_offset, m.weight_bytes()));
+    m.scales = reinterpret_cast<const float*>(cache_file::block(file_, what, e.params_offset, m.scale_bytes()));
+    if (!matrices_.emplace(e.name, m).second) throw Error(fmt::format("{} appears twice", what));
   }
 }
 
