@@ -39,6 +39,7 @@ class Cursor {
   }
   template <class T>
   void array(std::vector<T>& out, size_t n) {
+    if (n > size_t(end_ - at_) / sizeof(T)) damaged("truncated");  // before allocating for it
     out.resize(n);
     bytes(out.data(), n * sizeof(T));
   }
