@@ -24,7 +24,7 @@ void append(std::string& out, const T& v) {
 }
 template <class T>
 void append_array(std::string& out, const std::vector<T>& v) {
-  out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+  if (!v.empty()) out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
 }
 
 // Reads fields in order; running past the end is damage.
