@@ -58,6 +58,15 @@ check "f32 warm tokens are the reference's" \
   "[ \"\$(field warm-f32 'j[\"tokens\"]')\" = \"\$(python3 -c 'import json; print(json.load(open(\"$TMP/one_image.expected\")))')\" ]"
 check "one entry per dtype" "[ \$(entries '$PC') -eq 2 ]"
 
+# The tokenizer's parse is kept beside the other caches; a damaged copy is
+# parsed again and replaced, never used.
+check "the tokenizer cache is in the cache folder" "[ \$(ls '$QVL_CACHE_DIR'/tokenizer-*-v1.bin | wc -l) = 1 ]"
+TOKENIZER_CACHE=$(ls "$QVL_CACHE_DIR"/tokenizer-*-v1.bin)
+head -c 100000 "$TOKENIZER_CACHE" > "$TMP/tokenizer.cut" && cat "$TMP/tokenizer.cut" > "$TOKENIZER_CACHE"
+ask tokenizer-damaged --dtype f32 --prompt-cache off --image "$TMP/small.png" "$Q1"
+check "a damaged tokenizer cache still gives the reference's tokens" "same_tokens off-f32-q1 tokenizer-damaged"
+check "... and is replaced by a whole one" "[ \$(stat -c %s '$TOKENIZER_CACHE') -gt 100000 ]"
+
 # Invalidation: another image of the same size (same tokens, other pixels), another size, another quantization.
 python3 - "$TMP" <<'PY'
 import struct, sys

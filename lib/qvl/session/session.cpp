@@ -44,6 +44,17 @@ VisionOptions cache_options(const SessionOptions& o, at::ScalarType dtype) {
   return vo;
 }
 
+// tokenizer.json's parse, kept in the model's cache folder (text/tokenizer_cache.h);
+// without a writable folder the tokenizer is parsed every time, as before.
+Tokenizer load_tokenizer(const std::string& model_dir, const std::string& fingerprint, const std::string& cache_dir) {
+  std::string folder;
+  try {
+    folder = model_cache_dir(model_dir, fingerprint, cache_dir);
+  } catch (const Error&) {
+  }
+  return Tokenizer::load_from_model_dir(model_dir, folder);
+}
+
 DecoderOptions decoder_options(const SessionOptions& o, const Checkpoint& ckpt, at::ScalarType dtype) {
   DecoderOptions d{dtype, o.lazy, o.max_context};
   d.quant = o.quant;
@@ -99,9 +110,12 @@ Session::Impl::Impl(const SessionOptions& o, Clock::time_point t0)
       config(load_model_config(o.model_dir)),
       preprocessor(load_preprocessor_config(o.model_dir)),
       generation(load_generation_config(o.model_dir)),
-      tokenizer_load(
-          std::async(std::launch::async, [dir = o.model_dir] { return Tokenizer::load_from_model_dir(dir); }).share()),
       checkpoint(open_checkpoint(o.model_dir, config)),
+      tokenizer_load(std::async(std::launch::async,
+                                [dir = o.model_dir, fingerprint = checkpoint.fingerprint(), cache = o.cache_dir] {
+                                  return load_tokenizer(dir, fingerprint, cache);
+                                })
+                         .share()),
       budget(config, MemoryOptions{o.dtype, o.quant, o.max_context, o.threads}, o.max_memory_mb),
       dtype(scalar_type_of(o.dtype)),
       decoder(checkpoint, config.text, decoder_options(o, checkpoint, dtype)),

@@ -53,12 +53,12 @@ struct Session::Impl {
   ModelConfig config;
   PreprocessorConfig preprocessor;
   GenerationConfig generation;
-  // tokenizer.json (11 MB of JSON for Qwen3-VL) is parsed on a thread while
-  // the checkpoint opens and the first question is prepared; tokenizer()
-  // waits for it and rethrows its error.
+  Checkpoint checkpoint;
+  // The tokenizer loads on a thread (from the tokenizer cache, or by parsing
+  // tokenizer.json's 11 MB of JSON) while the decoder is set up and the first
+  // question is prepared; tokenizer() waits for it and rethrows its error.
   std::shared_future<Tokenizer> tokenizer_load;
   const Tokenizer& tokenizer() const { return tokenizer_load.get(); }
-  Checkpoint checkpoint;
   MemoryBudget budget;  // refuses before the decoder maps or converts any weight
   at::ScalarType dtype;
   Decoder decoder;

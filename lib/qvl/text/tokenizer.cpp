@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <array>
+#include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "qvl/error.h"
 #include "qvl/io/mapped_file.h"
 #include "qvl/text/tokenizer_json.h"
 #include "qvl/text/tokenizer_split.h"
+#include "qvl/text/tokenizer_tables.h"
 #include "qvl/text/unicode.h"
 
 namespace qvl {
@@ -75,8 +78,6 @@ struct AddedMatch {
   TokenId id;
 };
 
-enum TokenFlags : uint8_t { kKnown = 1, kSpecial = 2, kBpe = 4 };
-
 // Ids index flat arrays; a file asking for more is broken, not big.
 constexpr int64_t kMaxTokenId = 1 << 24;
 
@@ -88,14 +89,33 @@ std::string describe(const json& j) {
 }  // namespace
 
 struct Tokenizer::Impl {
-  std::unordered_map<std::string, TokenId> spelled_to_id;  // BPE vocab as spelled in the file
-  std::unordered_map<std::string, TokenId> added_to_id;
-  std::vector<std::string> bytes_of_id;
-  std::vector<uint8_t> flags_of_id;  // TokenFlags
+  TokenizerTables tables;
   BytePairEncoder bpe;
-  bool normalize_nfc = false;
+  std::unordered_map<std::string, TokenId> added_to_id;
   // Added tokens by first byte, longest first, for leftmost-longest matching.
   std::array<std::vector<AddedToken>, 256> added_by_first_byte;
+
+  // `index`: the vocab by bytes if the caller has it; else it is built at the
+  // first token_to_id() (encoding never needs it).
+  explicit Impl(TokenizerTables t, std::optional<VocabIndex> index = std::nullopt)
+      : tables(std::move(t)), bpe(tables.byte_tokens, tables.merges) {
+    if (index) {
+      vocab_index_ = std::move(*index);
+      std::call_once(vocab_index_once_, [] {});
+    }
+    for (const auto& [content, id] : tables.added) {
+      added_to_id[content] = id;
+      added_by_first_byte[static_cast<unsigned char>(content[0])].push_back({content, id});
+    }
+    for (auto& candidates : added_by_first_byte)
+      std::sort(candidates.begin(), candidates.end(),
+                [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
+  }
+
+  const VocabIndex& vocab_index() const {
+    std::call_once(vocab_index_once_, [this] { vocab_index_ = VocabIndex(tables); });
+    return vocab_index_;
+  }
 
   AddedMatch find_added(std::string_view text, size_t from) const {
     for (size_t i = from; i < text.size(); ++i) {
@@ -110,7 +130,7 @@ struct Tokenizer::Impl {
   void encode_plain(std::string_view text, std::vector<TokenId>& ids) const {
     if (text.empty()) return;
     std::string normalized;
-    if (normalize_nfc && !unicode::surely_nfc(text)) {
+    if (tables.normalize_nfc && !unicode::surely_nfc(text)) {
       normalized = unicode::nfc(text);
       text = normalized;
     }
@@ -120,19 +140,9 @@ struct Tokenizer::Impl {
     for (std::string_view word : words) bpe.encode_word(word, scratch, ids);
   }
 
-  void load_vocab(const std::vector<std::pair<std::string, int64_t>>& vocab, const std::string& source);
-  void load_merges(const std::vector<std::pair<std::string, std::string>>& merges,
-                   const std::string& source);  // after the vocab
-  void load_added_tokens(const json& added, const std::string& source);
-
-  void set_token(TokenId id, std::string bytes, uint8_t flags) {
-    if (static_cast<size_t>(id) >= bytes_of_id.size()) {
-      bytes_of_id.resize(static_cast<size_t>(id) + 1);
-      flags_of_id.resize(static_cast<size_t>(id) + 1, 0);
-    }
-    bytes_of_id[id] = std::move(bytes);
-    flags_of_id[id] = flags;
-  }
+ private:
+  mutable std::once_flag vocab_index_once_;
+  mutable VocabIndex vocab_index_;
 };
 
 namespace {
@@ -195,12 +205,12 @@ void check_pipeline(const json& root, const std::string& source, bool* normalize
     throw Error(fmt::format("{}: unsupported BPE dropout {}", source, describe(model["dropout"])));
 }
 
-}  // namespace
-
-void Tokenizer::Impl::load_vocab(const std::vector<std::pair<std::string, int64_t>>& vocab,
-                                 const std::string& source) {
+// Fills the tables' vocab and `index` from model.vocab.
+void load_vocab(const std::vector<std::pair<std::string, int64_t>>& vocab, const std::string& source,
+                TokenizerTables& tables, VocabIndex& index) {
   if (vocab.empty()) throw Error(fmt::format("{}: model.vocab is missing or empty", source));
-  spelled_to_id.reserve(vocab.size());
+  tables.blob.reserve(vocab.size() * 8);
+  index.reserve(vocab.size());
   std::string bytes;
   for (const auto& [spelled, id64] : vocab) {
     if (id64 >= kMaxTokenId)
@@ -208,45 +218,55 @@ void Tokenizer::Impl::load_vocab(const std::vector<std::pair<std::string, int64_
     const auto id = static_cast<TokenId>(id64);
     if (!byte_alphabet().to_bytes(spelled, bytes))
       throw Error(fmt::format("{}: vocab entry '{}' (id {}) is not in the byte-level alphabet", source, spelled, id));
-    if (!spelled_to_id.emplace(spelled, id).second)
-      throw Error(fmt::format("{}: vocab entry '{}' appears twice", source, spelled));
-    set_token(id, bytes, kKnown | kBpe);
+    if (static_cast<size_t>(id) < tables.ids() && tables.vocab_span[id].length > 0)
+      throw Error(fmt::format("{}: vocab entries '{}' and '{}' both have id {}", source,
+                              byte_alphabet().spell(tables.bytes(tables.vocab_span[id])), spelled, id));
+    tables.set_token(id, bytes, kTokenKnown | kTokenBpe);
+    tables.vocab_span[id] = tables.span[id];
+    if (!index.insert(tables, id)) throw Error(fmt::format("{}: vocab entry '{}' appears twice", source, spelled));
   }
 }
 
-void Tokenizer::Impl::load_merges(const std::vector<std::pair<std::string, std::string>>& merges,
-                                  const std::string& source) {
-  auto id_of = [&](const std::string& spelled, size_t rank) {
-    auto it = spelled_to_id.find(spelled);
-    if (it == spelled_to_id.end())
-      throw Error(fmt::format("{}: merge #{} needs '{}', which is not in the vocab", source, rank, spelled));
-    return it->second;
+// Fills the tables' merges and byte tokens; after the vocab.
+void load_merges(const std::vector<std::pair<std::string, std::string>>& merges, const std::string& source,
+                 TokenizerTables& tables, const VocabIndex& index) {
+  std::string left_bytes, right_bytes;
+  auto fail = [&](const std::string& spelled, size_t rank) {
+    return Error(fmt::format("{}: merge #{} needs '{}', which is not in the vocab", source, rank, spelled));
   };
-  std::vector<BpeMerge> ranked;
-  ranked.reserve(merges.size());
-  std::string joined;
+  auto id_of = [&](const std::string& spelled, std::string& bytes, size_t rank) {
+    const TokenId id = byte_alphabet().to_bytes(spelled, bytes) ? index.find(tables, bytes) : -1;
+    if (id < 0) throw fail(spelled, rank);
+    return id;
+  };
+  tables.merges.reserve(merges.size());
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& [left, right] = merges[rank];
-    joined.assign(left).append(right);
-    ranked.push_back({id_of(left, rank), id_of(right, rank), id_of(joined, rank)});
+    const TokenId left_id = id_of(left, left_bytes, rank);
+    const TokenId right_id = id_of(right, right_bytes, rank);
+    left_bytes += right_bytes;
+    const TokenId merged = index.find(tables, left_bytes);
+    if (merged < 0) throw fail(left + right, rank);
+    tables.merges.push_back({left_id, right_id, merged});
   }
 
-  std::array<TokenId, 256> byte_tokens{};
   for (int b = 0; b < 256; ++b) {
-    std::string spelled;
-    unicode::append_utf8(byte_alphabet().char_of(static_cast<uint8_t>(b)), spelled);
-    auto it = spelled_to_id.find(spelled);
-    if (it == spelled_to_id.end())
+    const char byte = static_cast<char>(b);
+    const TokenId id = index.find(tables, std::string_view(&byte, 1));
+    if (id < 0) {
+      std::string spelled;
+      unicode::append_utf8(byte_alphabet().char_of(static_cast<uint8_t>(b)), spelled);
       throw Error(fmt::format("{}: the vocab has no token for byte 0x{:02X} ('{}')", source, b, spelled));
-    byte_tokens[b] = it->second;
+    }
+    tables.byte_tokens[b] = id;
   }
-  bpe = BytePairEncoder(byte_tokens, ranked);
 }
 
-void Tokenizer::Impl::load_added_tokens(const json& added, const std::string& source) {
+void load_added_tokens(const json& added, const std::string& source, TokenizerTables& tables) {
   if (added.is_null()) return;
   if (!added.is_array()) throw Error(fmt::format("{}: added_tokens is not an array", source));
   std::string bytes;
+  std::unordered_map<std::string, size_t> position;  // content -> index in tables.added
   for (const json& a : added) {
     const std::string where = fmt::format("{}: added token {}", source, describe(a));
     const json& id_json = require(a, "id", where);
@@ -262,25 +282,29 @@ void Tokenizer::Impl::load_added_tokens(const json& added, const std::string& so
     // The byte-level decoder reads a token through the alphabet when it can,
     // and takes it literally otherwise.
     if (!byte_alphabet().to_bytes(content, bytes)) bytes = content;
-    set_token(id, bytes, kKnown | (a.value("special", false) ? kSpecial : 0));
-    added_to_id[content] = id;
+    tables.set_token(id, bytes, kTokenKnown | (a.value("special", false) ? kTokenSpecial : 0));
+    // The same content listed again: the later id wins.
+    auto [it, fresh] = position.emplace(content, tables.added.size());
+    if (fresh)
+      tables.added.emplace_back(content, id);
+    else
+      tables.added[it->second].second = id;
   }
-  for (const auto& [content, id] : added_to_id)
-    added_by_first_byte[static_cast<unsigned char>(content[0])].push_back({content, id});
-  for (auto& candidates : added_by_first_byte)
-    std::sort(candidates.begin(), candidates.end(),
-              [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
 }
 
-Tokenizer Tokenizer::parse(const std::string& json_text, const std::string& source) {
+}  // namespace
+
+TokenizerTables Tokenizer::tables_from_json(const std::string& json_text, const std::string& source,
+                                            VocabIndex* index_out) {
   const TokenizerJson file = read_tokenizer_json(json_text, source);
   if (!file.settings.is_object()) throw Error(fmt::format("{}: not a JSON object", source));
-  auto impl = std::make_shared<Impl>();
+  TokenizerTables tables;
+  VocabIndex index;
   try {
-    check_pipeline(file.settings, source, &impl->normalize_nfc);
-    impl->load_vocab(file.vocab, source);
-    impl->load_merges(file.merges, source);
-    impl->load_added_tokens(file.settings.value("added_tokens", json()), source);
+    check_pipeline(file.settings, source, &tables.normalize_nfc);
+    load_vocab(file.vocab, source, tables, index);
+    load_merges(file.merges, source, tables, index);
+    load_added_tokens(file.settings.value("added_tokens", json()), source, tables);
   } catch (const json::exception& e) {  // a field of the wrong JSON type
     // nlohmann's what() starts "[json.exception.type_error.302] ": keep only its words.
     std::string what = e.what();
@@ -288,25 +312,26 @@ Tokenizer Tokenizer::parse(const std::string& json_text, const std::string& sour
     if (what.rfind("[json.exception.", 0) == 0 && bracket != std::string::npos) what = what.substr(bracket + 2);
     throw Error(fmt::format("{}: unexpected content (a field of the wrong type?): {}", source, what));
   }
-  return Tokenizer(std::move(impl));
+  if (index_out) *index_out = std::move(index);
+  return tables;
+}
+
+Tokenizer Tokenizer::parse(const std::string& json_text, const std::string& source) {
+  VocabIndex index;
+  TokenizerTables tables = tables_from_json(json_text, source, &index);
+  return from_tables(std::move(tables), &index);
+}
+
+Tokenizer Tokenizer::from_tables(TokenizerTables tables, VocabIndex* index) {
+  if (!index) return Tokenizer(std::make_shared<Impl>(std::move(tables)));
+  return Tokenizer(std::make_shared<Impl>(std::move(tables), std::move(*index)));
 }
 
 Tokenizer Tokenizer::load(const std::string& tokenizer_json_path) {
   return parse(read_text_file(tokenizer_json_path), tokenizer_json_path);
 }
 
-Tokenizer Tokenizer::load_from_model_dir(const std::string& dir) {
-  const std::string path = dir + "/tokenizer.json";
-  std::string text;
-  try {
-    text = read_text_file(path);
-  } catch (const Error& e) {
-    throw Error(fmt::format("{} is missing or unreadable ({}): the model folder needs the tokenizer.json of "
-                            "Qwen/Qwen3-VL-2B-Instruct",
-                            path, e.what()));
-  }
-  return parse(text, path);
-}
+Tokenizer Tokenizer::load_from_model_dir(const std::string& dir) { return load_from_model_dir(dir, ""); }
 
 std::vector<TokenId> Tokenizer::encode(std::string_view text) const {
   const size_t bad = unicode::find_invalid_utf8(text);
@@ -335,31 +360,35 @@ std::string Tokenizer::decode(const std::vector<TokenId>& ids, bool skip_special
 }
 
 TokenId Tokenizer::token_to_id(std::string_view token) const {
-  const std::string key(token);
-  if (auto it = impl_->added_to_id.find(key); it != impl_->added_to_id.end()) return it->second;
-  if (auto it = impl_->spelled_to_id.find(key); it != impl_->spelled_to_id.end()) return it->second;
-  return -1;
+  if (auto it = impl_->added_to_id.find(std::string(token)); it != impl_->added_to_id.end()) return it->second;
+  std::string bytes;
+  if (!byte_alphabet().to_bytes(token, bytes)) return -1;
+  return impl_->vocab_index().find(impl_->tables, bytes);
 }
 
 std::string Tokenizer::id_to_token(TokenId id) const {
-  if (id < 0 || static_cast<size_t>(id) >= impl_->bytes_of_id.size() || !(impl_->flags_of_id[id] & kKnown))
-    return "";
-  if (impl_->flags_of_id[id] & kBpe) return byte_alphabet().spell(impl_->bytes_of_id[id]);
+  const TokenizerTables& t = impl_->tables;
+  if (id < 0 || static_cast<size_t>(id) >= t.ids() || !(t.flags[id] & kTokenKnown)) return "";
+  if (t.flags[id] & kTokenBpe) return byte_alphabet().spell(t.bytes(t.span[id]));
   for (const auto& [content, added_id] : impl_->added_to_id)
     if (added_id == id) return content;
   return "";
 }
 
 std::string_view Tokenizer::token_bytes(TokenId id) const {
-  if (id < 0 || static_cast<size_t>(id) >= impl_->bytes_of_id.size()) return {};
-  return impl_->bytes_of_id[id];
+  const TokenizerTables& t = impl_->tables;
+  if (id < 0 || static_cast<size_t>(id) >= t.ids()) return {};
+  return t.bytes(t.span[id]);
 }
 
 bool Tokenizer::is_special(TokenId id) const {
-  return id >= 0 && static_cast<size_t>(id) < impl_->flags_of_id.size() && (impl_->flags_of_id[id] & kSpecial);
+  const TokenizerTables& t = impl_->tables;
+  return id >= 0 && static_cast<size_t>(id) < t.ids() && (t.flags[id] & kTokenSpecial);
 }
 
-size_t Tokenizer::vocab_size() const { return impl_->bytes_of_id.size(); }
+size_t Tokenizer::vocab_size() const { return impl_->tables.ids(); }
+
+const TokenizerTables& Tokenizer::tables() const { return impl_->tables; }
 
 StreamDecoder::StreamDecoder(const Tokenizer& tok, bool skip_special) : tok_(tok), skip_special_(skip_special) {}
 

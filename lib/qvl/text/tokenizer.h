@@ -16,10 +16,27 @@
 
 namespace qvl {
 
+struct TokenizerTables;
+class VocabIndex;
+
+// What load_from_model_dir() did with the tokenizer cache.
+enum class TokenizerCacheUse {
+  kOff,         // no cache folder given
+  kRead,        // loaded from the cache file
+  kWritten,     // parsed tokenizer.json and wrote the cache file (missing, stale or damaged before)
+  kNotWritten,  // parsed tokenizer.json; the cache file could not be written (the tokenizer works all the same)
+};
+
 class Tokenizer {
  public:
   static Tokenizer load(const std::string& tokenizer_json_path);  // throws qvl::Error
   static Tokenizer load_from_model_dir(const std::string& dir);   // dir + "/tokenizer.json"
+  // The same tokenizer, the parse kept in `cache_dir` (text/tokenizer_cache.h)
+  // under a name made from a checksum of tokenizer.json's bytes: a second load
+  // reads the tables back instead of parsing 11 MB of JSON. A missing,
+  // damaged, foreign or unwritable cache file only costs the parse. "" = no cache.
+  static Tokenizer load_from_model_dir(const std::string& dir, const std::string& cache_dir,
+                                       TokenizerCacheUse* use = nullptr);
   // From the JSON text itself; `source` names it in error messages.
   static Tokenizer parse(const std::string& json_text, const std::string& source = "tokenizer.json");
 
@@ -37,6 +54,14 @@ class Tokenizer {
   std::string_view token_bytes(TokenId id) const;
   bool is_special(TokenId id) const;
   size_t vocab_size() const;  // largest id + 1, added tokens included
+
+  // The parse as flat tables (what the cache stores; `index`, if given,
+  // receives the vocab index the parse built), and a tokenizer made of tables
+  // (taking `index` if given, else building it at the first token_to_id()).
+  static TokenizerTables tables_from_json(const std::string& json_text, const std::string& source,
+                                          VocabIndex* index = nullptr);
+  static Tokenizer from_tables(TokenizerTables tables, VocabIndex* index = nullptr);
+  const TokenizerTables& tables() const;
 
  private:
   struct Impl;
