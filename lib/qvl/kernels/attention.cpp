@@ -14,7 +14,8 @@ namespace attention_detail {
 namespace {
 
 struct PortableOps {
-  static constexpr int kWidth = 8, kKeyTile = 4, kDimTile = 4;
+  static constexpr int kWidth = 8, kQueryVectors = 2, kKeyTile = 4, kDimTile = 4;
+  static constexpr int64_t kKeyBlock = 64;
   struct Vec {
     float x[kWidth];
   };

@@ -12,7 +12,8 @@ namespace qvl::kernels::attention_detail {
 namespace {
 
 struct Avx2Ops {
-  static constexpr int kWidth = 8, kKeyTile = 4, kDimTile = 4;
+  static constexpr int kWidth = 8, kQueryVectors = 2, kKeyTile = 4, kDimTile = 4;
+  static constexpr int64_t kKeyBlock = 64;
   using Vec = __m256;
   static Vec zero() { return _mm256_setzero_ps(); }
   static Vec set1(float a) { return _mm256_set1_ps(a); }

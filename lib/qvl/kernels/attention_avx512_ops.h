@@ -10,7 +10,8 @@ namespace qvl::kernels::attention_detail {
 namespace {
 
 struct Avx512Ops {
-  static constexpr int kWidth = 16, kKeyTile = 8, kDimTile = 8;
+  static constexpr int kWidth = 16, kQueryVectors = 2, kKeyTile = 8, kDimTile = 8;
+  static constexpr int64_t kKeyBlock = 64;
   using Vec = __m512;
   static Vec zero() { return _mm512_setzero_ps(); }
   static Vec set1(float a) { return _mm512_set1_ps(a); }

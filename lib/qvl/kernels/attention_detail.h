@@ -38,11 +38,6 @@ void attend_avx512_bf16(Storage s, const Job& job);  // entered only with AVX512
 #endif
 void attend_portable(Storage s, const Job& job);
 
-// Keys per block: its scores and values stay in L1 beside the query tile.
-// Even, so a block never splits a pair of keys (the bf16 kernel's unit).
-constexpr int64_t kKeyBlock = 64;
-// Vectors of queries per tile.
-constexpr int kQueryVectors = 2;
 
 namespace {
 
@@ -55,13 +50,16 @@ inline const float* as_floats(const uint16_t* p, int64_t n, std::vector<float>& 
   return buffer.data();
 }
 
-// Ops: a tier's vector of kWidth floats (Vec) and its operations, and the
-// register tiles kKeyTile (keys scored at once) and kDimTile (output dims
-// accumulated at once).
+// Ops: a tier's vector of kWidth floats (Vec) and its operations, and its
+// tiles: kQueryVectors vectors of queries, kKeyBlock keys per block (its
+// scores and values stay in L1 beside the query tile; even, so a block never
+// splits a pair of keys, the bf16 kernel's unit), and in registers kKeyTile
+// keys scored or kDimTile output dims accumulated at once.
 template <class Ops>
 struct Tile {
   using V = typename Ops::Vec;
   static constexpr int W = Ops::kWidth;
+  static constexpr int kQueryVectors = Ops::kQueryVectors;
   static constexpr int Q = W * kQueryVectors;  // queries per tile
 
   // s[j][lane] = Σ_d k[j][d] · qt[d][lane] for the J keys from k.
@@ -164,7 +162,8 @@ template <class Ops, class T>
 void attend_f32(const Job& job) {
   using TileOps = Tile<Ops>;
   using V = typename Ops::Vec;
-  constexpr int W = Ops::kWidth, Q = TileOps::Q;
+  constexpr int W = Ops::kWidth, Q = TileOps::Q, kQueryVectors = Ops::kQueryVectors;
+  constexpr int64_t kKeyBlock = Ops::kKeyBlock;
   const int64_t head_dim = job.head_dim, length = job.length;
   Scratch& buffers = scratch();
   const float* k = as_floats(static_cast<const T*>(job.k), length * head_dim, buffers.keys);
