@@ -5,7 +5,8 @@
 // from its row. The weighted sum pairs up keys: the block's softmax weights
 // are rounded to bf16 and paired (p[j], p[j+1]) per lane, and the values are
 // repacked once per block of queries as (v[j][d], v[j+1][d]) pairs. The
-// softmax between them is attention_detail.h's, in float32.
+// softmax between them is attention_detail.h's, in float32, fused here with
+// the rounding and pairing of the weights (vcvtne2ps2bf16 and one permute).
 //
 // Built with AVX-512 F+BW+VL+DQ and AVX512-BF16; entered only when that tier
 // is active on a CPU with AVX512-BF16, for an even head_dim.
@@ -97,15 +98,46 @@ void pack_query_pairs(const uint16_t* q, int64_t head_dim, int64_t first, int64_
     for (int64_t d = 0; d < head_dim; d += 2) qp[(d / 2) * Q + i] = load_pair(q + (first + i) * head_dim + d);
 }
 
-// The block's weights (bf16 values already) as key pairs, pp[jp][lane].
-void pack_weight_pairs(const float* p, int64_t keys, uint32_t* pp) {
+// The block's scores s[keys][Q] become their softmax weights, rounded to
+// bf16 and stored as key pairs pp[jp][lane] = (p[2jp], p[2jp + 1]) (0 after
+// an odd last key); otherwise Tile::softmax_block: the running maximum, alpha
+// and sum = sum · alpha + the block's (rounded) weights.
+void softmax_pairs(const float* s, int64_t keys, float scale, __m512* max, __m512* sum, __m512* alpha,
+                   uint32_t* pp) {
+  __m512 block_max[kQueryVectors];
+  for (__m512& m : block_max) m = _mm512_set1_ps(-INFINITY);
+  for (int64_t j = 0; j < keys; ++j)
+    for (int u = 0; u < kQueryVectors; ++u) block_max[u] = _mm512_max_ps(block_max[u], _mm512_loadu_ps(s + j * Q + u * W));
+  const __m512 scale_v = _mm512_set1_ps(scale);
+  for (int u = 0; u < kQueryVectors; ++u) {
+    const __m512 new_max = _mm512_max_ps(max[u], block_max[u]);
+    alpha[u] = simd_avx512::exp_poly(_mm512_mul_ps(_mm512_sub_ps(max[u], new_max), scale_v));
+    max[u] = new_max;
+  }
+  // Word 2i of a pair vector from word i of the converted pair (key 2jp),
+  // word 2i + 1 from word 16 + i (key 2jp + 1).
+  alignas(64) static constexpr uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                           8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i interleave = _mm512_load_si512(kInterleave);
+  const __m512i high_half = _mm512_set1_epi32(int(0xffff0000u));
+  __m512 block_sum[kQueryVectors];
+  for (__m512& b : block_sum) b = _mm512_setzero_ps();
+  const auto weight = [&](int64_t j, int u) {
+    return simd_avx512::exp_poly(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(s + j * Q + u * W), max[u]), scale_v));
+  };
   for (int64_t jp = 0; jp < (keys + 1) / 2; ++jp)
     for (int u = 0; u < kQueryVectors; ++u) {
-      const __m512i low = _mm512_srli_epi32(_mm512_castps_si512(_mm512_loadu_ps(p + 2 * jp * Q + u * W)), 16);
-      const __m512i high = 2 * jp + 1 < keys ? _mm512_castps_si512(_mm512_loadu_ps(p + (2 * jp + 1) * Q + u * W))
-                                             : _mm512_setzero_si512();
-      _mm512_storeu_si512(pp + jp * Q + u * W, _mm512_or_si512(low, high));
+      const __m512 first = weight(2 * jp, u);
+      const __m512 second = 2 * jp + 1 < keys ? weight(2 * jp + 1, u) : _mm512_setzero_ps();
+      // Rounded to nearest even, as simd_avx512::bf16_bits (the weights are
+      // normal floats, so flushing denormals changes nothing).
+      const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(second, first);
+      const __m512i pairs = _mm512_permutexvar_epi16(interleave, both);
+      _mm512_storeu_si512(pp + jp * Q + u * W, pairs);
+      block_sum[u] = _mm512_add_ps(block_sum[u], _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16)));
+      block_sum[u] = _mm512_add_ps(block_sum[u], _mm512_castsi512_ps(_mm512_and_si512(pairs, high_half)));
     }
+  for (int u = 0; u < kQueryVectors; ++u) sum[u] = _mm512_add_ps(_mm512_mul_ps(sum[u], alpha[u]), block_sum[u]);
 }
 
 struct PairScratch {
@@ -128,7 +160,6 @@ void attend_avx512_bf16(Storage, const Job& job) {
   float* ot = buffers.tile.data();
   float* s = ot + head_dim * Q;
   float* sums = s + kKeyBlock * Q;
-  const auto round_to_bf16 = [](__m512 x) { return simd_avx512::round_to(static_cast<const uint16_t*>(nullptr), x); };
   const int64_t end = job.query_begin + job.queries;
   for (int64_t q0 = job.query_begin; q0 < end; q0 += Q) {
     const int64_t count = std::min<int64_t>(Q, end - q0);
@@ -142,8 +173,7 @@ void attend_avx512_bf16(Storage, const Job& job) {
       for (; j + kKeyTile <= keys; j += kKeyTile)
         score_keys<kKeyTile>(k + (k0 + j) * head_dim, head_dim, pairs.queries.data(), s + j * Q);
       for (; j < keys; ++j) score_keys<1>(k + (k0 + j) * head_dim, head_dim, pairs.queries.data(), s + j * Q);
-      TileOps::softmax_block(s, keys, job.scale, max, sum, alpha, round_to_bf16);
-      pack_weight_pairs(s, keys, pairs.weights.data());
+      softmax_pairs(s, keys, job.scale, max, sum, alpha, pairs.weights.data());
       const uint32_t* vp = pairs.values.data() + (k0 / 2) * head_dim;
       const int64_t key_pairs = (keys + 1) / 2;
       int64_t d = 0;
