@@ -139,6 +139,13 @@ double max_error(const std::vector<float>& got, const std::vector<double>& want)
   return worst;
 }
 
+// The mean |got - want| (the steadier figure to compare two float32 ways by).
+double mean_error(const std::vector<float>& got, const std::vector<double>& want) {
+  double total = 0;
+  for (size_t i = 0; i < got.size(); ++i) total += std::abs(double(got[i]) - want[i]);
+  return total / double(got.size());
+}
+
 // Images of several lengths: one key, odd ones, one shorter than a key block
 // (64), exactly a block, and longer ones that end in a partial block.
 const std::vector<int64_t> kLengths = {1, 37, 64, 129, 250};
@@ -168,9 +175,14 @@ TEST_CASE("attention kernel: every tier matches float64 attention") {
             attend_block(s, t, b, scale, isa);
           });
           CHECK(max_error(got, want) <= bound(s));
-          // No less accurate than the unfused float32 way (a float32 score
-          // matrix, softmax_rows, a float32 product with the values).
-          if (s == Storage::F32) CHECK(max_error(got, want) <= 1.5 * max_error(problem.unfused(scale, isa), want));
+          // As accurate as the unfused float32 way (a float32 score matrix,
+          // softmax_rows, a float32 product with the values): both errors
+          // come mostly from rounding the scores, so they are of one size
+          // but not equal; the mean is compared, the steadier of the two.
+          if (s == Storage::F32) {
+            const std::vector<float> unfused = problem.unfused(scale, isa);
+            CHECK(mean_error(got, want) <= 1.1 * mean_error(unfused, want));
+          }
         }
       }
 }
