@@ -1,9 +1,11 @@
 // Dispatch and checks of the attention kernel, and its portable version (the
-// generic and neon tiers): attention_detail.h's algorithm on 8-float arrays,
-// whose fixed-length loops the compiler vectorizes for the baseline ISA.
+// generic and neon tiers): attention_detail.h's algorithm on 4-float vectors
+// of the compiler's vector extension (the baseline ISA's registers).
 #include "qvl/kernels/attention.h"
 
 #include <fmt/core.h>
+
+#include <cstring>
 
 #include "qvl/error.h"
 #include "qvl/kernels/attention_detail.h"
@@ -13,33 +15,36 @@ namespace qvl::kernels {
 namespace attention_detail {
 namespace {
 
+// Four floats as a GCC/Clang vector: SSE2 on x86-64, NEON on aarch64, with
+// the compiler's own lowering elsewhere. (Arrays of floats with lane loops
+// stayed scalar, ~1.4 GFLOP/s; this runs ~5-10× that.)
 struct PortableOps {
-  static constexpr int kWidth = 8, kQueryVectors = 2, kKeyTile = 4, kDimTile = 4;
+  static constexpr int kWidth = 4, kQueryVectors = 2, kKeyTile = 4, kDimTile = 4;
   static constexpr int64_t kKeyBlock = 64;
-  struct Vec {
-    float x[kWidth];
-  };
-  template <class F>
-  static Vec each(F f) {
+  typedef float Vec __attribute__((vector_size(16)));
+  static Vec zero() { return set1(0.0f); }
+  static Vec set1(float a) { return Vec{a, a, a, a}; }
+  static Vec load(const float* p) {
     Vec r;
-    for (int i = 0; i < kWidth; ++i) r.x[i] = f(i);
+    std::memcpy(&r, p, sizeof r);
     return r;
   }
-  static Vec zero() { return set1(0.0f); }
-  static Vec set1(float a) { return each([&](int) { return a; }); }
-  static Vec load(const float* p) { return each([&](int i) { return p[i]; }); }
-  static void store(float* p, const Vec& a) {
-    for (int i = 0; i < kWidth; ++i) p[i] = a.x[i];
-  }
-  static Vec add(const Vec& a, const Vec& b) { return each([&](int i) { return a.x[i] + b.x[i]; }); }
-  static Vec sub(const Vec& a, const Vec& b) { return each([&](int i) { return a.x[i] - b.x[i]; }); }
-  static Vec mul(const Vec& a, const Vec& b) { return each([&](int i) { return a.x[i] * b.x[i]; }); }
+  static void store(float* p, Vec a) { std::memcpy(p, &a, sizeof a); }
+  static Vec add(Vec a, Vec b) { return a + b; }
+  static Vec sub(Vec a, Vec b) { return a - b; }
+  static Vec mul(Vec a, Vec b) { return a * b; }
   // a·b + c, as a multiply and an add: the baseline ISAs have no FMA.
-  static Vec fma(const Vec& a, const Vec& b, const Vec& c) {
-    return each([&](int i) { return a.x[i] * b.x[i] + c.x[i]; });
+  static Vec fma(Vec a, Vec b, Vec c) { return a * b + c; }
+  static Vec max(Vec a, Vec b) {
+    Vec r;
+    for (int i = 0; i < kWidth; ++i) r[i] = simd_portable::max_of(a[i], b[i]);
+    return r;
   }
-  static Vec max(const Vec& a, const Vec& b) { return each([&](int i) { return simd_portable::max_of(a.x[i], b.x[i]); }); }
-  static Vec exp(const Vec& a) { return each([&](int i) { return simd_portable::exp_poly(a.x[i]); }); }
+  static Vec exp(Vec a) {
+    Vec r;
+    for (int i = 0; i < kWidth; ++i) r[i] = simd_portable::exp_poly(a[i]);
+    return r;
+  }
 };
 
 }  // namespace
