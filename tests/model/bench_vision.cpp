@@ -2,7 +2,8 @@
 // (speed does not depend on values): qvl's native blocks (vision_blocks.h)
 // whole, then the same 24 blocks' linears alone through tensor::linear and
 // through plain ATen (at::linear, as Python torch runs them), the attention
-// alone, and the ops between the matmuls. Minimum of the repetitions.
+// alone (its two matmuls through tensor::matmul, as qvl ran it before the
+// fused kernel, and the fused kernel), and the ops between the matmuls. Minimum of the repetitions.
 //
 //   qvl_bench_vision MODEL_DIR [patch_rows=30] [patch_cols=40] [repetitions=3] [threads=all cores]
 #include <ATen/ATen.h>
@@ -18,6 +19,7 @@
 #include <map>
 #include <string>
 
+#include "qvl/kernels/attention.h"
 #include "qvl/kernels/vision_ops.h"
 #include "qvl/model/config.h"
 #include "qvl/tensor/linear.h"
@@ -136,6 +138,23 @@ int main(int argc, char** argv) {
     }
   });
   const double attention_cpu = g_cpu;
+  // The fused kernel as vision_blocks.cpp runs it: blocks of 512 queries of
+  // one head, split across the threads.
+  const at::Tensor v = at::randn({heads, n, head_dim}, bf16), fused_out = at::empty({n, heads, head_dim}, bf16);
+  const kernels::AttentionTensors tensors{q.data_ptr(), k.data_ptr(), v.data_ptr(), fused_out.data_ptr(), n, heads,
+                                          head_dim};
+  const int64_t chunk = blocks.query_chunk, chunks = (n + chunk - 1) / chunk;
+  const double attention_fused = best_of(reps, [&] {
+    for (int64_t i = 0; i < cfg.depth; ++i)
+      at::parallel_for(0, heads * chunks, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t) {
+          const int64_t q0 = (t % chunks) * chunk;
+          kernels::attend_block(kernels::Storage::BF16, tensors, {t / chunks, 0, n, q0, std::min(chunk, n - q0)},
+                                1.0f / 8);
+        }
+      });
+  });
+  const double attention_fused_cpu = g_cpu;
   at::Tensor ln_out = at::empty_like(xh), g = xi.clone();
   std::vector<float> ones(size_t(hidden), 1.f), zeros(size_t(hidden), 0.f);
   const double between = best_of(reps, [&] {
@@ -162,6 +181,8 @@ int main(int argc, char** argv) {
              linear_flops / aten_linears / 1e9);
   fmt::print("  attention matmuls (whole heads)    {:7.3f} {:7.3f}  {:6.1f}\n", attention_mm, attention_cpu,
              attention_flops / attention_mm / 1e9);
+  fmt::print("  attention, fused (kernels/attention.h) {:5.3f} {:7.3f}  {:6.1f}\n", attention_fused,
+             attention_fused_cpu, attention_flops / attention_fused / 1e9);
   fmt::print("  layer norms + GELU                 {:7.3f} {:7.3f}\n", between, between_cpu);
   return 0;
 }

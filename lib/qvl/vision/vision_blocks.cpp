@@ -10,6 +10,7 @@
 
 #include "qvl/error.h"
 #include "qvl/tensor/linear.h"
+#include "qvl/kernels/attention.h"
 #include "qvl/kernels/vision_ops.h"
 #include "qvl/vision/positions.h"
 
@@ -80,8 +81,9 @@ at::Tensor VisionBlocks::attention(const at::Tensor& qkv, const VisionPositions&
   kernels::split_qkv_rotary(s, qkv.data_ptr(), pos.rope_cos.data_ptr<float>(), pos.rope_sin.data_ptr<float>(), n,
                             heads, head_dim, q.data_ptr(), k.data_ptr(), v.data_ptr());
 
-  // One task per (image, head, block of queries); each thread runs whole
-  // tasks, so a task's scores stay in that core's cache.
+  // One task per (image, head, block of queries), each a fused pass over the
+  // image's keys (kernels/attention.h); a task repacks its head's keys and
+  // values once, so blocks of query_chunk queries keep that cost small.
   struct Task {
     int64_t start, length, head, query, queries;
   };
@@ -95,15 +97,11 @@ at::Tensor VisionBlocks::attention(const at::Tensor& qkv, const VisionPositions&
   }
   const float scale = 1.0f / std::sqrt(float(head_dim));
   at::Tensor out = at::empty({n, heads, head_dim}, qkv.options());
+  const kernels::AttentionTensors tensors{q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), n, heads, head_dim};
   at::parallel_for(0, int64_t(tasks.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const Task& t = tasks[size_t(i)];
-      at::Tensor keys = k[t.head].narrow(0, t.start, t.length);
-      at::Tensor values = v[t.head].narrow(0, t.start, t.length);
-      at::Tensor scores = tensor::matmul(q[t.head].narrow(0, t.start + t.query, t.queries), keys.t());
-      kernels::softmax_rows(s, scores.data_ptr(), t.queries, t.length, scale);
-      at::Tensor rows = out.select(1, t.head).narrow(0, t.start + t.query, t.queries);
-      tensor::matmul_into(rows, scores, values);
+      kernels::attend_block(s, tensors, {t.head, t.start, t.length, t.query, t.queries}, scale);
     }
   });
   return out.view({n, heads * head_dim});

@@ -35,7 +35,7 @@ class VisionBlocks {
   // the outputs of the deepstack layers to *taps, in layer order.
   at::Tensor run(at::Tensor x, const VisionPositions& pos, std::vector<at::Tensor>* taps) const;
 
-  // Queries per attention step; a block of scores is query_chunk × patches.
+  // Queries per attention task (kernels/attention.h: one block of one head).
   int64_t query_chunk = 512;
 
  private:
