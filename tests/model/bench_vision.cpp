@@ -7,6 +7,7 @@
 // with the bf16 ones so both see the same machine. Minimum of the repetitions.
 //
 //   qvl_bench_vision MODEL_DIR [patch_rows=30] [patch_cols=40] [repetitions=3] [threads=all cores]
+//                    [query_chunk=VisionBlocks' default]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <fmt/core.h>
@@ -109,6 +110,7 @@ int main(int argc, char** argv) {
     int8[name] = quantized.back().view();
   }
   VisionBlocks blocks_int8(cfg, params, &int8);
+  if (argc > 6) blocks.query_chunk = blocks_int8.query_chunk = std::atoll(argv[6]);
   const VisionPositions pos = vision_positions(cfg, {grid});
   const at::Tensor x = at::randn({n, hidden}, bf16);
 
@@ -191,8 +193,8 @@ int main(int argc, char** argv) {
 
   const double linear_flops = 2.0 * double(n) * double(hidden) * double(cfg.depth) * double(3 * hidden + hidden + 2 * inner);
   const double attention_flops = 4.0 * double(n) * double(n) * double(hidden) * double(cfg.depth);
-  fmt::print("vision blocks, {} patches ({}x{}), {} blocks, bf16, {} threads, min of {}\n", n, grid.h, grid.w,
-             cfg.depth, at::get_num_threads(), reps);
+  fmt::print("vision blocks, {} patches ({}x{}), {} blocks, bf16, {} threads, min of {}, query chunk {}\n", n, grid.h,
+             grid.w, cfg.depth, at::get_num_threads(), reps, blocks.query_chunk);
   fmt::print("                                      wall s   CPU s  GFLOP/s (wall)\n");
   fmt::print("  whole blocks (VisionBlocks::run)   {:7.3f} {:7.3f}  {:6.1f} on linears+attention\n", whole, whole_cpu,
              (linear_flops + attention_flops) / whole / 1e9);
