@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # qvl ask --quant int8, end to end on the tiny model: the first greedy token of
 # every golden model case equals the reference's (and the bf16 run's); the int8
-# weight cache is made once in the cache folder, reused by later runs, and
-# rebuilt when damaged; a bad --quant value is a usage error.
+# weight caches (the decoder's, and the vision tower's, made at the first image:
+# int8 and int4 both run the vision linears in int8) are made once in the cache
+# folder, reused by later runs, and rebuilt when damaged; a bad --quant value
+# is a usage error.
 source "$(dirname "$0")/common.sh" "$@"
 
 # A cache folder of our own. Vision modules already built for the other tests
@@ -10,7 +12,7 @@ source "$(dirname "$0")/common.sh" "$@"
 SHARED_CACHE="$QVL_CACHE_DIR"  # common.sh: the cache the other CLI tests share
 export QVL_CACHE_DIR="$TMP/cache"
 mkdir -p "$QVL_CACHE_DIR"
-cp "$SHARED_CACHE"/vision-* "$QVL_CACHE_DIR"/ 2>/dev/null || true
+cp "$SHARED_CACHE"/vision-*.pt "$QVL_CACHE_DIR"/ 2>/dev/null || true
 cp "$DATA"/images/* "$TMP"/
 
 python3 - "$DATA/goldens.json" "$TMP" <<'PY'
@@ -22,6 +24,7 @@ for case in g["model_cases"]:
 PY
 
 int8_cache() { ls "$QVL_CACHE_DIR"/decoder-int8-*.bin 2>/dev/null; }
+vision_cache() { ls "$QVL_CACHE_DIR"/vision-int8-*.bin 2>/dev/null; }
 mtime() { stat -c %Y.%y "$1"; }
 
 first=1
@@ -44,15 +47,33 @@ PY
   if [ $first -eq 1 ]; then
     check "the first int8 run says it builds the cache" "grep -q 'quantizing the decoder weights to int8' '$TMP/$case.int8.err'"
     check "the int8 cache is in the cache folder" "[ -n \"\$(int8_cache)\" ]"
+    check "a text-only question makes no vision cache" "[ -z \"\$(vision_cache)\" ]"
     BUILT=$(mtime "$(int8_cache)")
+  elif [ $case = one_image ]; then
+    check "the first int8 image says it builds the vision cache, and only that" \
+      "grep -q 'quantizing the vision weights to int8' '$TMP/$case.int8.err' && ! grep -q 'decoder' '$TMP/$case.int8.err'"
+    check "the vision int8 cache is in the cache folder, beside the decoder's" "[ -n \"\$(vision_cache)\" ] && [ -n \"\$(int8_cache)\" ]"
+    VISION_BUILT=$(mtime "$(vision_cache)")
   else
     check "$case: a later int8 run reuses the cache silently" "[ ! -s '$TMP/$case.int8.err' ]"
   fi
   first=0
 done
 check "the int8 cache was written once" "[ \"\$(mtime \"\$(int8_cache)\")\" = '$BUILT' ]"
+check "the vision int8 cache was written once" "[ \"\$(mtime \"\$(vision_cache)\")\" = '$VISION_BUILT' ]"
 check "no temporaries are left in the cache folder" \
-  "[ \$(ls '$QVL_CACHE_DIR' | grep -v '^prompts\$' | grep -v '^tokenizer-.*\.bin\$' | grep -vc '^vision-') -eq 1 ]"
+  "[ \$(ls '$QVL_CACHE_DIR' | grep -v '^prompts\$' | grep -v '^tokenizer-.*\.bin\$' | grep -vc '\.pt\$') -eq 2 ]"
+
+# A damaged vision cache is rebuilt (and said so), and answers the same (the
+# prompt cache off: it would skip the vision encoder).
+VCACHE=$(vision_cache)
+head -c 1000 "$VCACHE" > "$TMP/vtruncated" && cat "$TMP/vtruncated" > "$VCACHE"
+"$QVL" ask --model "$MODEL" --messages "$TMP/system_image.json" --greedy -n 16 --quant int8 --json --prompt-cache off \
+  > "$TMP/vrebuilt.out" 2> "$TMP/vrebuilt.err"
+check "a truncated vision cache is rebuilt with a note" "grep -q 'rebuilding the int8 weight cache .*vision-int8' '$TMP/vrebuilt.err'"
+check "the rebuilt vision cache answers as before" \
+  "python3 -c 'import json,sys; a=json.load(open(\"$TMP/vrebuilt.out\")); b=json.load(open(\"$TMP/system_image.int8.out\")); sys.exit(0 if a[\"tokens\"]==b[\"tokens\"] else 1)'"
+check "the rebuilt vision cache is whole again" "[ \$(stat -c %s '$VCACHE') -gt 1000 ]"
 
 # A damaged cache is rebuilt (and said so), and answers the same.
 CACHE=$(int8_cache)

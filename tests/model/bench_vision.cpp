@@ -3,9 +3,13 @@
 // whole, then the same 24 blocks' linears alone through tensor::linear and
 // through plain ATen (at::linear, as Python torch runs them), the attention
 // alone (its two matmuls through tensor::matmul, as qvl ran it before the
-// fused kernel, and the fused kernel), and the ops between the matmuls. Minimum of the repetitions.
+// fused kernel, and the fused kernel), and the ops between the matmuls; then
+// int8 vision (`--quant int8`: the same weights quantized, the int8 GEMM),
+// whole blocks run alternately with the bf16 ones so both see the same
+// machine. Minimum of the repetitions.
 //
 //   qvl_bench_vision MODEL_DIR [patch_rows=30] [patch_cols=40] [repetitions=3] [threads=all cores]
+//                    [query_chunk=VisionBlocks' default]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <fmt/core.h>
@@ -20,7 +24,9 @@
 #include <string>
 
 #include "qvl/kernels/attention.h"
+#include "qvl/kernels/quant.h"
 #include "qvl/kernels/vision_ops.h"
+#include "qvl/model/precision.h"
 #include "qvl/model/config.h"
 #include "qvl/tensor/linear.h"
 #include "qvl/vision/positions.h"
@@ -95,6 +101,19 @@ int main(int argc, char** argv) {
     }
   }
   VisionBlocks blocks(cfg, params);
+  // The int8 copies as the vision int8 cache holds them (groups of 128).
+  std::vector<kernels::QuantizedMatrix> quantized;
+  quantized.reserve(params.size());
+  Int8Weights int8;
+  for (const auto& [name, w] : params) {
+    if (w.dim() != 2) continue;
+    quantized.push_back(kernels::quantize_int8(
+        kernels::Bf16Matrix{static_cast<const uint16_t*>(w.contiguous().data_ptr()), w.size(0), w.size(1)},
+        kDefaultInt8GroupSize));
+    int8[name] = quantized.back().view();
+  }
+  VisionBlocks blocks_int8(cfg, params, &int8);
+  if (argc > 6) blocks.query_chunk = blocks_int8.query_chunk = std::atoll(argv[6]);
   const VisionPositions pos = vision_positions(cfg, {grid});
   const at::Tensor x = at::randn({n, hidden}, bf16);
 
@@ -105,6 +124,20 @@ int main(int argc, char** argv) {
   });
   const double whole_cpu = g_cpu;
   const long whole_faults = g_faults;
+  // bf16 and int8 whole blocks alternately, one run each per round.
+  double pair_bf16 = 1e30, pair_int8 = 1e30, pair_bf16_cpu = 1e30, pair_int8_cpu = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    pair_bf16 = std::min(pair_bf16, best_of(1, [&] {
+      taps.clear();
+      blocks.run(x, pos, &taps);
+    }));
+    pair_bf16_cpu = std::min(pair_bf16_cpu, g_cpu);
+    pair_int8 = std::min(pair_int8, best_of(1, [&] {
+      taps.clear();
+      blocks_int8.run(x, pos, &taps);
+    }));
+    pair_int8_cpu = std::min(pair_int8_cpu, g_cpu);
+  }
 
   // The 96 linears, each on an input of its own shape.
   const at::Tensor xh = at::randn({n, hidden}, bf16), xi = at::randn({n, inner}, bf16);
@@ -127,6 +160,17 @@ int main(int argc, char** argv) {
     return at::linear(a, w, b);
   });
   const double aten_linears_cpu = g_cpu;
+  const double int8_linears = best_of(reps, [&] {
+    for (int64_t i = 0; i < cfg.depth; ++i) {
+      const std::string p = fmt::format("blocks.{}.", i);
+      for (const char* l : {"attn.qkv.", "attn.proj.", "mlp.linear_fc1.", "mlp.linear_fc2."}) {
+        const std::string w = p + l + "weight";
+        vision_linear(std::string(l) == "mlp.linear_fc2." ? xi : xh, tensor::LinearWeight(int8.at(w)),
+                      params[p + l + "bias"]);
+      }
+    }
+  });
+  const double int8_linears_cpu = g_cpu;
 
   // Attention's two matmuls per head and query block, as vision_blocks.cpp does them.
   const int64_t heads = cfg.num_heads, head_dim = hidden / heads;
@@ -169,8 +213,8 @@ int main(int argc, char** argv) {
 
   const double linear_flops = 2.0 * double(n) * double(hidden) * double(cfg.depth) * double(3 * hidden + hidden + 2 * inner);
   const double attention_flops = 4.0 * double(n) * double(n) * double(hidden) * double(cfg.depth);
-  fmt::print("vision blocks, {} patches ({}x{}), {} blocks, bf16, {} threads, min of {}\n", n, grid.h, grid.w,
-             cfg.depth, at::get_num_threads(), reps);
+  fmt::print("vision blocks, {} patches ({}x{}), {} blocks, bf16, {} threads, min of {}, query chunk {}\n", n, grid.h,
+             grid.w, cfg.depth, at::get_num_threads(), reps, blocks.query_chunk);
   fmt::print("                                      wall s   CPU s  GFLOP/s (wall)\n");
   fmt::print("  whole blocks (VisionBlocks::run)   {:7.3f} {:7.3f}  {:6.1f} on linears+attention\n", whole, whole_cpu,
              (linear_flops + attention_flops) / whole / 1e9);
@@ -184,5 +228,10 @@ int main(int argc, char** argv) {
   fmt::print("  attention, fused (kernels/attention.h) {:5.3f} {:7.3f}  {:6.1f}\n", attention_fused,
              attention_fused_cpu, attention_flops / attention_fused / 1e9);
   fmt::print("  layer norms + GELU                 {:7.3f} {:7.3f}\n", between, between_cpu);
+  fmt::print("  96 linears, int8 GEMM              {:7.3f} {:7.3f}  {:6.1f}\n", int8_linears, int8_linears_cpu,
+             linear_flops / int8_linears / 1e9);
+  fmt::print("  whole blocks, alternating: bf16    {:7.3f} {:7.3f}\n", pair_bf16, pair_bf16_cpu);
+  fmt::print("  whole blocks, alternating: int8    {:7.3f} {:7.3f}   bf16/int8 {:.2f} wall, {:.2f} CPU\n", pair_int8,
+             pair_int8_cpu, pair_bf16 / pair_int8, pair_bf16_cpu / pair_int8_cpu);
   return 0;
 }

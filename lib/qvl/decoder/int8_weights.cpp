@@ -12,8 +12,9 @@ namespace {
 // Bump whenever what is quantized, or how, changes: old files then stop matching.
 constexpr int kFormatVersion = 1;
 
-std::string cache_tag(const std::string& fingerprint, int64_t group_size) {
-  return fmt::format("qvl decoder int8 v{}; group {}; weights {}", kFormatVersion, group_size, fingerprint);
+// The decoder's tag reads as it always has, so existing caches stay valid.
+std::string cache_tag(const std::string& part, const std::string& fingerprint, int64_t group_size) {
+  return fmt::format("qvl {} int8 v{}; group {}; weights {}", part, kFormatVersion, group_size, fingerprint);
 }
 
 // Why a readable cache does not fit the sources, or "" when it does.
@@ -57,21 +58,22 @@ size_t build_cache(const std::string& path, const std::string& tag, const std::v
 
 }  // namespace
 
-std::string int8_cache_path(const std::string& dir, const std::string& fingerprint, int64_t group_size) {
-  return fmt::format("{}/decoder-int8-{}-v{}-g{}.bin", dir, fingerprint, kFormatVersion, group_size);
+std::string int8_cache_path(const std::string& dir, const std::string& fingerprint, int64_t group_size,
+                            const std::string& part) {
+  return fmt::format("{}/{}-int8-{}-v{}-g{}.bin", dir, part, fingerprint, kFormatVersion, group_size);
 }
 
 std::unique_ptr<kernels::Int8Cache> load_int8_cache(const Checkpoint& ckpt, const std::vector<Int8Source>& sources,
                                                     const std::string& dir, int64_t group_size,
-                                                    const NoteCallback& on_note) {
+                                                    const NoteCallback& on_note, const std::string& part) {
   if (dir.empty()) throw Error("int8 weights need a cache folder, and none was given");
   const std::string fingerprint = ckpt.fingerprint();
-  const std::string path = int8_cache_path(dir, fingerprint, group_size);
-  const std::string tag = cache_tag(fingerprint, group_size);
+  const std::string path = int8_cache_path(dir, fingerprint, group_size, part);
+  const std::string tag = cache_tag(part, fingerprint, group_size);
 
   return open_or_build_quant_cache<kernels::Int8Cache>(
       "int8", path, [&](const kernels::Int8Cache& cache) { return mismatch(cache, tag, sources, group_size); },
-      [&](const std::string& p) { return build_cache(p, tag, sources, group_size); }, sources.size(), on_note);
+      [&](const std::string& p) { return build_cache(p, tag, sources, group_size); }, sources.size(), on_note, part);
 }
 
 }  // namespace qvl

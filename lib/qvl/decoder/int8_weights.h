@@ -17,16 +17,19 @@ namespace qvl {
 
 using Int8Source = QuantSource;
 
-// <dir>/decoder-int8-<fingerprint>-v<format>-g<group>.bin: other weights,
-// group sizes or format versions never share a file.
-std::string int8_cache_path(const std::string& dir, const std::string& fingerprint, int64_t group_size);
+// <dir>/<part>-int8-<fingerprint>-v<format>-g<group>.bin: other weights,
+// group sizes or format versions never share a file, and the decoder's and
+// the vision tower's caches ("decoder", "vision") never evict each other.
+std::string int8_cache_path(const std::string& dir, const std::string& fingerprint, int64_t group_size,
+                            const std::string& part = "decoder");
 
 // The mapped cache holding exactly `sources` quantized with group_size. It is
 // (re)built first, written atomically, when missing, unreadable (truncated,
 // corrupt header) or stale (another tag, other matrices or shapes); on_note
-// then hears what is happening and how long it took.
+// then hears what is happening and how long it took. part: whose matrices
+// these are ("decoder" or "vision"; names the file and its tag).
 std::unique_ptr<kernels::Int8Cache> load_int8_cache(const Checkpoint& ckpt, const std::vector<Int8Source>& sources,
                                                     const std::string& dir, int64_t group_size,
-                                                    const NoteCallback& on_note);
+                                                    const NoteCallback& on_note, const std::string& part = "decoder");
 
 }  // namespace qvl

@@ -34,7 +34,7 @@ void write_beside_then_rename(const std::string& path, const std::function<void(
 // Whether `path` is a regular file (an unreadable cache is rebuilt, not an error).
 bool quant_cache_exists(const std::string& path);
 
-// `kind`: "int8" or "int4", for the notes. mismatch(cache): why an opened
+// `kind`: "int8" or "int4", and `part`: "decoder" or "vision", for the notes. mismatch(cache): why an opened
 // cache does not fit ("" when it does). build(path): quantizes and writes the
 // file atomically, returning the bytes of quantized weights. matrices: how
 // many, for the note.
@@ -42,7 +42,8 @@ template <class Cache>
 std::unique_ptr<Cache> open_or_build_quant_cache(const std::string& kind, const std::string& path,
                                                  const std::function<std::string(const Cache&)>& mismatch,
                                                  const std::function<size_t(const std::string&)>& build,
-                                                 size_t matrices, const NoteCallback& on_note) {
+                                                 size_t matrices, const NoteCallback& on_note,
+                                                 const std::string& part = "decoder") {
   std::string problem;
   if (quant_cache_exists(path)) {
     try {
@@ -54,7 +55,7 @@ std::unique_ptr<Cache> open_or_build_quant_cache(const std::string& kind, const 
     }
   }
   if (on_note) {
-    on_note(problem.empty() ? fmt::format("quantizing the decoder weights to {} (once; cached in {})", kind, path)
+    on_note(problem.empty() ? fmt::format("quantizing the {} weights to {} (once; cached in {})", part, kind, path)
                             : fmt::format("rebuilding the {} weight cache {}: {}", kind, path, problem));
   }
   const auto t0 = std::chrono::steady_clock::now();
@@ -65,7 +66,7 @@ std::unique_ptr<Cache> open_or_build_quant_cache(const std::string& kind, const 
     throw Error(fmt::format("{}: the {} cache just written is unusable: {}", path, kind, problem));
   if (on_note) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    on_note(fmt::format("{} weights ready: {} matrices, {:.0f} MB, in {:.1f} s", kind, matrices, double(bytes) / 1e6,
+    on_note(fmt::format("{} {} weights ready: {} matrices, {:.0f} MB, in {:.1f} s", part, kind, matrices, double(bytes) / 1e6,
                         seconds));
   }
   return cache;

@@ -81,11 +81,18 @@ int64_t text_weight_bytes(const ModelConfig& cfg, int64_t dtype_size, WeightQuan
   return bytes;
 }
 
-int64_t vision_weight_bytes(const ModelConfig& cfg, int64_t dtype_size) {
-  int64_t n = 0;
-  for (const ExpectedTensor& e : expected_tensors(cfg))
-    if (starts_with(e.name, "model.visual.")) n += element_count(e.shape);
-  return n * dtype_size;  // the TorchScript module holds them in the compute dtype
+int64_t vision_weight_bytes(const ModelConfig& cfg, int64_t dtype_size, WeightQuant quant) {
+  int64_t bytes = 0;
+  for (const ExpectedTensor& e : expected_tensors(cfg)) {
+    if (!starts_with(e.name, "model.visual.")) continue;
+    // Quantized sessions run the blocks' linears (their 2-D weights) in int8
+    // (vision/vision_int8.h); everything else is held in the compute dtype,
+    // as the module holds it all.
+    const bool linear = e.shape.size() == 2 && starts_with(e.name, "model.visual.blocks.");
+    bytes += quant != WeightQuant::None && linear ? int8_matrix_bytes(e.shape[0], e.shape[1])
+                                                  : element_count(e.shape) * dtype_size;
+  }
+  return bytes;
 }
 
 // Prefilling `tokens` new tokens: the layer workspace, the hidden states and
@@ -108,7 +115,7 @@ MemoryEstimate estimate_session_memory(const ModelConfig& cfg, const MemoryOptio
   MemoryEstimate e;
   e.text_weights = text_weight_bytes(cfg, s, opts.quant);
   e.kv_cache = t.num_hidden_layers * 2 * t.num_key_value_heads * opts.max_context * t.head_dim * s;
-  e.vision_weights = vision_weight_bytes(cfg, s);
+  e.vision_weights = vision_weight_bytes(cfg, s, opts.quant);
   e.runtime = kRuntimeBytes;
   return e;
 }

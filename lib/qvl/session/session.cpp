@@ -41,6 +41,9 @@ VisionOptions cache_options(const SessionOptions& o, at::ScalarType dtype) {
   vo.dtype = dtype;
   vo.cache_dir = o.cache_dir;
   vo.build_if_missing = o.build_vision_if_missing;
+  // int8 and int4 both run the vision linears in int8 (vision_int8.h).
+  vo.quant = o.quant;
+  vo.on_note = o.on_note;
   return vo;
 }
 

@@ -162,6 +162,13 @@ class VisionTensors {
     return t.scalar_type() == dtype_ ? t : t.to(dtype_);
   }
 
+  // The layout's vision tensors, without the model.visual. prefix.
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (const auto& [name, shape] : shapes_) out.push_back(name);
+    return out;
+  }
+
   // Every vision tensor of the layout became a parameter (builder and layout agree).
   void check_all_used() const {
     for (const auto& [name, shape] : shapes_)
@@ -201,6 +208,11 @@ class ModuleFactory {
   std::set<std::string> defined_;
 };
 
+// The Conv3d's kernel equals its stride: a linear map per patch.
+at::Tensor flat_patch_embedding(const VisionConfig& v, const at::Tensor& conv_weight) {
+  return conv_weight.reshape({v.hidden_size, v.in_channels * v.temporal_patch_size * v.patch_size * v.patch_size});
+}
+
 class TowerBuilder {
  public:
   TowerBuilder(const ModelConfig& cfg, const Checkpoint& ckpt, at::ScalarType dtype)
@@ -210,9 +222,7 @@ class TowerBuilder {
     torch::jit::Module tower = factory_.make("VisionTower");
     torch::jit::Module patch_embed = factory_.make("PatchEmbed");
     torch::jit::Module proj = factory_.make("Linear");
-    const int64_t patch_inputs = v_.in_channels * v_.temporal_patch_size * v_.patch_size * v_.patch_size;
-    proj.register_parameter("weight", tensors_.get("patch_embed.proj.weight").reshape({v_.hidden_size, patch_inputs}),
-                            false);
+    proj.register_parameter("weight", flat_patch_embedding(v_, tensors_.get("patch_embed.proj.weight")), false);
     proj.register_parameter("bias", tensors_.get("patch_embed.proj.bias"), false);
     factory_.define(proj, kLinearSource);
     patch_embed.register_module("proj", proj);
@@ -314,6 +324,25 @@ torch::jit::Module build_vision_module(const ModelConfig& cfg, const Checkpoint&
     return TowerBuilder(cfg, ckpt, dtype).build();
   } catch (const c10::Error& e) {
     throw Error(fmt::format("cannot build the vision module: {}", first_line(e)));
+  }
+}
+
+std::map<std::string, at::Tensor> vision_parameters(const ModelConfig& cfg, const Checkpoint& ckpt,
+                                                    at::ScalarType dtype, const std::set<std::string>& leave_out) {
+  if (dtype != at::kBFloat16 && dtype != at::kFloat)
+    throw Error(fmt::format("vision weights: dtype {} is not supported (bf16 or f32)", c10::toString(dtype)));
+  try {
+    at::NoGradGuard no_autograd;
+    VisionTensors tensors(cfg, ckpt, dtype);
+    std::map<std::string, at::Tensor> params;
+    for (const std::string& name : tensors.names()) {
+      if (leave_out.count(name)) continue;
+      at::Tensor t = tensors.get(name);
+      params[name] = name == "patch_embed.proj.weight" ? flat_patch_embedding(cfg.vision, t) : t;
+    }
+    return params;
+  } catch (const c10::Error& e) {
+    throw Error(fmt::format("cannot read the vision weights: {}", first_line(e)));
   }
 }
 

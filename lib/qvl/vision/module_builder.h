@@ -20,8 +20,13 @@
 #pragma once
 #include <c10/core/ScalarType.h>
 
+#include <map>
+#include <set>
 #include <string>
 
+namespace at {
+class Tensor;
+}
 namespace torch::jit {
 struct Module;
 }
@@ -36,6 +41,14 @@ struct ModelConfig;
 // Checkpoint must outlive the module. Throws qvl::Error naming a vision tensor
 // that is missing or misshapen for cfg.
 torch::jit::Module build_vision_module(const ModelConfig& cfg, const Checkpoint& ckpt, at::ScalarType dtype);
+
+// The parameters build_vision_module gives the module, by the same names and
+// in the same dtype and shape, without making a module: for the native tower
+// when no module need be loaded (int8 vision, vision_encoder.cpp). Names in
+// `leave_out` are skipped (never converted, so never copied). Same views and
+// lifetime rule as build_vision_module; throws qvl::Error as it does.
+std::map<std::string, at::Tensor> vision_parameters(const ModelConfig& cfg, const Checkpoint& ckpt,
+                                                    at::ScalarType dtype, const std::set<std::string>& leave_out = {});
 
 // Writes the module to `path` atomically (a temporary file renamed into place);
 // throws qvl::Error when it cannot, leaving nothing behind.

@@ -5,6 +5,9 @@
 
 #include <string>
 
+#include "qvl/decoder/options.h"  // NoteCallback
+#include "qvl/model/precision.h"  // WeightQuant
+
 namespace torch::jit {
 struct Module;
 }
@@ -20,6 +23,12 @@ struct VisionOptions {
   // Run the transformer blocks natively (vision_blocks.h); false runs the
   // module's own TorchScript forward, several times slower, kept as the reference.
   bool native_blocks = true;
+  // Int8 or Int4 (the session's --quant): the native tower's linears run the
+  // int8 GEMM with int8 weights cached in cache_dir (vision_int8.h), and the
+  // module is not loaded (block_input and the TorchScript forward load it
+  // when asked). There is no int4 vision: its GEMMs would be no faster.
+  WeightQuant quant = WeightQuant::None;
+  NoteCallback on_note;  // hears about building the int8 cache (seconds, once)
 };
 
 const char* vision_dtype_tag(at::ScalarType dtype);  // "bf16" or "f32"; throws for others

@@ -37,16 +37,16 @@ at::Tensor PatchEmbedding::run(const at::Tensor& pixel_values, const VisionPosit
 }
 
 PatchMerger::PatchMerger(const VisionConfig& cfg, const std::map<std::string, at::Tensor>& params,
-                         const std::string& prefix, bool norm_after_join)
+                         const std::string& prefix, bool norm_after_join, const Int8Weights* int8)
     : hidden_(cfg.hidden_size),
       joined_(cfg.hidden_size * cfg.spatial_merge_size * cfg.spatial_merge_size),
       norm_after_join_(norm_after_join) {
   const int64_t norm_width = norm_after_join ? joined_ : hidden_;
   norm_weight_ = vision_param(params, prefix + "norm.weight", {norm_width});
   norm_bias_ = vision_param(params, prefix + "norm.bias", {norm_width});
-  fc1_weight_ = vision_param(params, prefix + "linear_fc1.weight", {joined_, joined_});
+  fc1_weight_ = vision_linear_weight(params, int8, prefix + "linear_fc1.weight", joined_, joined_);
   fc1_bias_ = vision_param(params, prefix + "linear_fc1.bias", {joined_});
-  fc2_weight_ = vision_param(params, prefix + "linear_fc2.weight", {cfg.out_hidden_size, joined_});
+  fc2_weight_ = vision_linear_weight(params, int8, prefix + "linear_fc2.weight", cfg.out_hidden_size, joined_);
   fc2_bias_ = vision_param(params, prefix + "linear_fc2.bias", {cfg.out_hidden_size});
 }
 
@@ -58,14 +58,14 @@ at::Tensor PatchMerger::run(const at::Tensor& x) const {
       norm_after_join_
           ? at::layer_norm(x.reshape({-1, joined_}), {joined_}, norm_weight_, norm_bias_, kLayerNormEps)
           : at::layer_norm(x, {hidden_}, norm_weight_, norm_bias_, kLayerNormEps).reshape({-1, joined_});
-  at::Tensor inner = tensor::linear(joined.contiguous(), fc1_weight_, fc1_bias_);
+  at::Tensor inner = vision_linear(joined.contiguous(), fc1_weight_, fc1_bias_);
   // libtorch sends a bf16 GELU to oneDNN where it sends bf16 matmuls; below
   // the avx512 tier compute it in float32 (what ATen's own bf16 GELU does).
   if (inner.scalar_type() == at::kBFloat16 && !kernels::aten_bf16_matmul_is_fast())
     inner = at::gelu(inner.to(at::kFloat)).to(at::kBFloat16);
   else
     inner = at::gelu(inner);
-  return tensor::linear(inner, fc2_weight_, fc2_bias_);
+  return vision_linear(inner, fc2_weight_, fc2_bias_);
 }
 
 }  // namespace qvl

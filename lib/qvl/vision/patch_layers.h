@@ -10,6 +10,7 @@
 #include <string>
 
 #include "qvl/model/config.h"
+#include "qvl/vision/vision_blocks.h"  // Int8Weights
 
 namespace qvl {
 
@@ -32,8 +33,9 @@ class PatchMerger {
  public:
   // prefix: "merger." or "deepstack_merger_list.<i>.". norm_after_join: the
   // deepstack mergers normalize the joined vector, the main one each patch.
+  // int8: the linears' int8 matrices by parameter name, or null (as VisionBlocks).
   PatchMerger(const VisionConfig& cfg, const std::map<std::string, at::Tensor>& params, const std::string& prefix,
-              bool norm_after_join);
+              bool norm_after_join, const Int8Weights* int8 = nullptr);
   // x [N, hidden] → [N / merge², out_hidden]: each merge window's patches
   // joined into one vector, then LayerNorm, fc1, GELU, fc2.
   at::Tensor run(const at::Tensor& x) const;
@@ -41,7 +43,8 @@ class PatchMerger {
  private:
   int64_t hidden_, joined_;
   bool norm_after_join_;
-  at::Tensor norm_weight_, norm_bias_, fc1_weight_, fc1_bias_, fc2_weight_, fc2_bias_;
+  at::Tensor norm_weight_, norm_bias_, fc1_bias_, fc2_bias_;
+  tensor::LinearWeight fc1_weight_, fc2_weight_;
 };
 
 }  // namespace qvl

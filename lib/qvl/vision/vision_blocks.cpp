@@ -46,7 +46,31 @@ const at::Tensor& vision_param(const std::map<std::string, at::Tensor>& params, 
   return it->second;
 }
 
-VisionBlocks::VisionBlocks(const VisionConfig& cfg, const std::map<std::string, at::Tensor>& params) : cfg_(cfg) {
+tensor::LinearWeight vision_linear_weight(const std::map<std::string, at::Tensor>& params, const Int8Weights* int8,
+                                          const std::string& name, int64_t rows, int64_t cols) {
+  if (int8) {
+    const auto it = int8->find(name);
+    if (it != int8->end()) {
+      const kernels::Int8Matrix& m = it->second;
+      if (m.rows != rows || m.cols != cols)
+        throw Error(fmt::format("vision int8 weight {} is {}x{}, expected {}x{}", name, m.rows, m.cols, rows, cols));
+      return tensor::LinearWeight(m);
+    }
+  }
+  return vision_param(params, name, {rows, cols});
+}
+
+at::Tensor vision_linear(const at::Tensor& x, const tensor::LinearWeight& weight, const at::Tensor& bias) {
+  const int64_t rows = weight.int8 ? weight.int8->rows : weight.dense.size(0);
+  at::Tensor out = at::empty({x.size(0), rows}, x.options());
+  at::Tensor scratch;  // used only where int8 weights are dequantized (no int8 GEMM on the tier)
+  tensor::linear_into(out, x, weight, bias, scratch);
+  return out;
+}
+
+VisionBlocks::VisionBlocks(const VisionConfig& cfg, const std::map<std::string, at::Tensor>& params,
+                           const Int8Weights* int8)
+    : cfg_(cfg) {
   if (cfg.hidden_act != "gelu_pytorch_tanh")
     throw Error(fmt::format("config.json: vision hidden_act '{}' is not supported (gelu_pytorch_tanh)",
                             cfg.hidden_act));
@@ -57,13 +81,13 @@ VisionBlocks::VisionBlocks(const VisionConfig& cfg, const std::map<std::string, 
   for (int64_t i = 0; i < cfg.depth; ++i) {
     const std::string p = fmt::format("blocks.{}.", i);
     Block b;
-    b.qkv_weight = vision_param(params, p + "attn.qkv.weight", {3 * hidden, hidden});
+    b.qkv_weight = vision_linear_weight(params, int8, p + "attn.qkv.weight", 3 * hidden, hidden);
     b.qkv_bias = vision_param(params, p + "attn.qkv.bias", {3 * hidden});
-    b.proj_weight = vision_param(params, p + "attn.proj.weight", {hidden, hidden});
+    b.proj_weight = vision_linear_weight(params, int8, p + "attn.proj.weight", hidden, hidden);
     b.proj_bias = vision_param(params, p + "attn.proj.bias", {hidden});
-    b.fc1_weight = vision_param(params, p + "mlp.linear_fc1.weight", {inner, hidden});
+    b.fc1_weight = vision_linear_weight(params, int8, p + "mlp.linear_fc1.weight", inner, hidden);
     b.fc1_bias = vision_param(params, p + "mlp.linear_fc1.bias", {inner});
-    b.fc2_weight = vision_param(params, p + "mlp.linear_fc2.weight", {hidden, inner});
+    b.fc2_weight = vision_linear_weight(params, int8, p + "mlp.linear_fc2.weight", hidden, inner);
     b.fc2_bias = vision_param(params, p + "mlp.linear_fc2.bias", {hidden});
     b.norm1_weight = as_floats(vision_param(params, p + "norm1.weight", {hidden}));
     b.norm1_bias = as_floats(vision_param(params, p + "norm1.bias", {hidden}));
@@ -121,13 +145,13 @@ at::Tensor VisionBlocks::run(at::Tensor x, const VisionPositions& pos, std::vect
     const Block& b = blocks_[i];
     kernels::add_layer_norm(s, x.data_ptr(), pending.defined() ? pending.data_ptr() : nullptr, normed.data_ptr(),
                             b.norm1_weight.data(), b.norm1_bias.data(), n, cfg_.hidden_size, kLayerNormEps);
-    at::Tensor attended = attention(tensor::linear(normed, b.qkv_weight, b.qkv_bias), pos);
-    at::Tensor projected = tensor::linear(attended, b.proj_weight, b.proj_bias);
+    at::Tensor attended = attention(vision_linear(normed, b.qkv_weight, b.qkv_bias), pos);
+    at::Tensor projected = vision_linear(attended, b.proj_weight, b.proj_bias);
     kernels::add_layer_norm(s, x.data_ptr(), projected.data_ptr(), normed.data_ptr(), b.norm2_weight.data(),
                             b.norm2_bias.data(), n, cfg_.hidden_size, kLayerNormEps);
-    at::Tensor inner = tensor::linear(normed, b.fc1_weight, b.fc1_bias);
+    at::Tensor inner = vision_linear(normed, b.fc1_weight, b.fc1_bias);
     kernels::gelu_tanh(s, inner.data_ptr(), inner.numel());
-    pending = tensor::linear(inner, b.fc2_weight, b.fc2_bias);
+    pending = vision_linear(inner, b.fc2_weight, b.fc2_bias);
     const bool tapped = std::find(taps_at.begin(), taps_at.end(), int64_t(i)) != taps_at.end();
     if (tapped || i + 1 == blocks_.size()) {
       x.add_(pending);

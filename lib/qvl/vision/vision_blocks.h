@@ -5,7 +5,9 @@
 // once and each block of them stays in cache between its two matmuls.
 //
 // The weights are the TorchScript module's parameters (already in the compute
-// dtype); patch_layers.h runs the patch embedding and the mergers the same way.
+// dtype), or for int8 vision the linears' int8 matrices (vision_int8.h) and
+// the rest of the parameters; patch_layers.h runs the patch embedding and the
+// mergers the same way.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -14,7 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "qvl/kernels/quant.h"
 #include "qvl/model/config.h"
+#include "qvl/tensor/linear.h"
 
 namespace qvl {
 
@@ -25,11 +29,26 @@ struct VisionPositions;
 const at::Tensor& vision_param(const std::map<std::string, at::Tensor>& params, const std::string& name,
                                std::vector<int64_t> shape);
 
+// int8 matrices by module parameter name (an Int8Cache's matrices()), or null.
+using Int8Weights = std::map<std::string, kernels::Int8Matrix>;
+
+// The linear weight `name` [rows, cols]: the int8 matrix of that name when
+// int8 is given and holds it, else the parameter. Throws qvl::Error naming it
+// when it is missing or misshapen.
+tensor::LinearWeight vision_linear_weight(const std::map<std::string, at::Tensor>& params, const Int8Weights* int8,
+                                          const std::string& name, int64_t rows, int64_t cols);
+
+// x [L, in] times a weight (dense or int8) plus bias, in x's dtype.
+at::Tensor vision_linear(const at::Tensor& x, const tensor::LinearWeight& weight, const at::Tensor& bias);
+
 class VisionBlocks {
  public:
-  // params: by the module's names ("blocks.3.attn.qkv.weight", ...). Throws
-  // qvl::Error naming the first missing or misshapen one.
-  VisionBlocks(const VisionConfig& cfg, const std::map<std::string, at::Tensor>& params);
+  // params: by the module's names ("blocks.3.attn.qkv.weight", ...); int8:
+  // the linears' int8 matrices by the same names (they must outlive the
+  // blocks; such weights need not be in params). Throws qvl::Error naming the
+  // first missing or misshapen one.
+  VisionBlocks(const VisionConfig& cfg, const std::map<std::string, at::Tensor>& params,
+               const Int8Weights* int8 = nullptr);
 
   // x: [N, hidden] block input. Returns the last block's output and appends
   // the outputs of the deepstack layers to *taps, in layer order.
@@ -40,8 +59,8 @@ class VisionBlocks {
 
  private:
   struct Block {
-    at::Tensor qkv_weight, qkv_bias, proj_weight, proj_bias;
-    at::Tensor fc1_weight, fc1_bias, fc2_weight, fc2_bias;
+    tensor::LinearWeight qkv_weight, proj_weight, fc1_weight, fc2_weight;
+    at::Tensor qkv_bias, proj_bias, fc1_bias, fc2_bias;
     std::vector<float> norm1_weight, norm1_bias, norm2_weight, norm2_bias;
   };
   at::Tensor attention(const at::Tensor& qkv, const VisionPositions& pos) const;

@@ -6,13 +6,18 @@
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 
+#include <map>
 #include <mutex>
+#include <optional>
 
 #include "qvl/error.h"
+#include "qvl/io/cache_dir.h"
 #include "qvl/io/safetensors.h"
+#include "qvl/vision/module_builder.h"
 #include "qvl/vision/patch_layers.h"
 #include "qvl/vision/positions.h"
 #include "qvl/vision/vision_blocks.h"
+#include "qvl/vision/vision_int8.h"
 
 namespace qvl {
 namespace {
@@ -47,10 +52,17 @@ auto run_module(const std::string& path, Fn&& fn) {
 }  // namespace
 
 struct VisionEncoder::Impl {
+  std::string model_dir;
+  const Checkpoint* ckpt = nullptr;
+  VisionOptions opts;
   VisionConfig cfg;
   at::ScalarType dtype;
   std::string path;
-  torch::jit::Module module;
+  // Loaded at construction, except with int8 vision, where only block_input
+  // and the TorchScript forward need it and load it at their first call.
+  std::optional<torch::jit::Module> module;
+  // int8 vision: the linears' int8 weights, mapped from the cache file.
+  std::unique_ptr<kernels::Int8Cache> int8;
   // The native tower (null: the module's forward runs everything): the
   // module's parameters driven by qvl's kernels, the TorchScript forward kept
   // as the reference the tests hold them to.
@@ -66,6 +78,30 @@ struct VisionEncoder::Impl {
     for (size_t i = 0; i < taps.size() && i < deepstack_mergers.size(); ++i)
       deepstack.push_back(deepstack_mergers[i].run(taps[i]));
     return c10::ivalue::Tuple::create({merger->run(x), c10::IValue(deepstack)});
+  }
+
+  // Finds (or builds) the module file and loads it; a module built just now
+  // is used as made (its parameters may view the checkpoint).
+  void load_module() {
+    torch::jit::Module built;
+    const VisionModuleFile file = ensure_vision_module(model_dir, *ckpt, opts, /*force=*/false, &built);
+    path = file.path;
+    if (file.built) {
+      module = built;
+    } else {
+      try {
+        module = torch::jit::load(path, c10::Device(c10::kCPU));
+      } catch (const c10::Error& e) {
+        throw Error(fmt::format("cannot load vision module {} ({}); rebuild it with `qvl export --force`", path,
+                                e.what_without_backtrace()));
+      }
+    }
+    module->eval();
+  }
+
+  torch::jit::Module& script() {
+    if (!module) load_module();
+    return *module;
   }
 
   VisionPositions positions_for(const at::Tensor& pixel_values, const std::vector<ImageGrid>& grids) const {
@@ -84,33 +120,34 @@ struct VisionEncoder::Impl {
 VisionEncoder::VisionEncoder(const std::string& model_dir, const ModelConfig& cfg, const Checkpoint& ckpt,
                              const VisionOptions& opts)
     : impl_(std::make_unique<Impl>()) {
-  impl_->cfg = cfg.vision;
-  impl_->dtype = opts.dtype;
+  Impl& d = *impl_;
+  d.model_dir = model_dir;
+  d.ckpt = &ckpt;
+  d.opts = opts;
+  d.cfg = cfg.vision;
+  d.dtype = opts.dtype;
   configure_executor_once();
-  // A module made just now is used as made; one found in the cache is loaded.
-  torch::jit::Module built;
-  const VisionModuleFile file = ensure_vision_module(model_dir, ckpt, opts, /*force=*/false, &built);
-  impl_->path = file.path;
-  if (file.built) {
-    impl_->module = built;
+  const bool int8 = opts.native_blocks && opts.quant != WeightQuant::None;
+  std::map<std::string, at::Tensor> params;
+  if (int8) {
+    // The linears come from the int8 cache and the rest straight from the
+    // checkpoint, as the module would hold them: the module, whose bf16 copy
+    // of the linears would stay in memory for the whole run, is not loaded.
+    const std::string dir = model_cache_dir(model_dir, ckpt.fingerprint(), opts.cache_dir);
+    d.path = vision_module_path(dir, vision_module_key(model_dir, ckpt), opts.dtype);
+    d.int8 = load_vision_int8_cache(cfg, ckpt, dir, opts.on_note);
+    params = vision_parameters(cfg, ckpt, opts.dtype, vision_int8_weight_names(cfg.vision));
   } else {
-    try {
-      impl_->module = torch::jit::load(impl_->path, c10::Device(c10::kCPU));
-    } catch (const c10::Error& e) {
-      throw Error(fmt::format("cannot load vision module {} ({}); rebuild it with `qvl export --force`", impl_->path,
-                              e.what_without_backtrace()));
-    }
+    d.load_module();
+    if (!opts.native_blocks) return;
+    for (const auto& p : d.module->named_parameters()) params[p.name] = p.value;
   }
-  impl_->module.eval();
-  if (opts.native_blocks) {
-    std::map<std::string, at::Tensor> params;
-    for (const auto& p : impl_->module.named_parameters()) params[p.name] = p.value;
-    impl_->embedding = std::make_unique<PatchEmbedding>(impl_->cfg, params);
-    impl_->blocks = std::make_unique<VisionBlocks>(impl_->cfg, params);
-    for (size_t i = 0; i < impl_->cfg.deepstack_visual_indexes.size(); ++i)
-      impl_->deepstack_mergers.emplace_back(impl_->cfg, params, fmt::format("deepstack_merger_list.{}.", i), true);
-    impl_->merger = std::make_unique<PatchMerger>(impl_->cfg, params, "merger.", false);
-  }
+  const Int8Weights* weights = d.int8 ? &d.int8->matrices() : nullptr;
+  d.embedding = std::make_unique<PatchEmbedding>(d.cfg, params);
+  d.blocks = std::make_unique<VisionBlocks>(d.cfg, params, weights);
+  for (size_t i = 0; i < d.cfg.deepstack_visual_indexes.size(); ++i)
+    d.deepstack_mergers.emplace_back(d.cfg, params, fmt::format("deepstack_merger_list.{}.", i), true, weights);
+  d.merger = std::make_unique<PatchMerger>(d.cfg, params, "merger.", false, weights);
 }
 
 VisionEncoder::~VisionEncoder() = default;
@@ -124,7 +161,7 @@ VisionFeatures VisionEncoder::encode(const at::Tensor& pixel_values, const std::
   at::NoGradGuard no_autograd;
   auto result = run_module(impl_->path, [&] {
     if (impl_->blocks) return impl_->forward_native(pixel_values.contiguous(), pos);
-    return impl_->module.forward({pixel_values.contiguous(), pos.pos_index, pos.pos_weight, pos.rope_cos,
+    return impl_->script().forward({pixel_values.contiguous(), pos.pos_index, pos.pos_weight, pos.rope_cos,
                                   pos.rope_sin, c10::List<int64_t>(pos.seq_lens)});
   });
   auto outputs = result.toTuple()->elements();
@@ -141,7 +178,7 @@ at::Tensor VisionEncoder::block_input(const at::Tensor& pixel_values, const std:
   VisionPositions pos = impl_->positions_for(pixel_values, grids);
   at::NoGradGuard no_autograd;
   return run_module(impl_->path, [&] {
-    return impl_->module.get_method("block_input")({pixel_values.contiguous(), pos.pos_index, pos.pos_weight})
+    return impl_->script().get_method("block_input")({pixel_values.contiguous(), pos.pos_index, pos.pos_weight})
         .toTensor();
   });
 }

@@ -26,7 +26,9 @@ class VisionEncoder {
  public:
   // Builds the module first when it is missing and opts.build_if_missing
   // (seconds: its file is written). ckpt must outlive the encoder: a module
-  // made just now views the checkpoint's tensors.
+  // made just now views the checkpoint's tensors, and so do int8 vision's
+  // other parameters. opts.quant Int8/Int4 with native_blocks: int8 linears
+  // (vision_int8.h), the module not loaded.
   VisionEncoder(const std::string& model_dir, const ModelConfig& cfg, const Checkpoint& ckpt,
                 const VisionOptions& opts);
   ~VisionEncoder();
@@ -37,7 +39,8 @@ class VisionEncoder {
   // in processor order; grids: one per image. Images never attend to each other.
   VisionFeatures encode(const at::Tensor& pixel_values, const std::vector<ImageGrid>& grids);
 
-  // What the first block sees: patch embedding plus position embedding [N, hidden] (for tests).
+  // What the first block sees: patch embedding plus position embedding [N, hidden] (for tests;
+  // runs the module's TorchScript, loading the module first with int8 vision).
   at::Tensor block_input(const at::Tensor& pixel_values, const std::vector<ImageGrid>& grids);
 
   const std::string& module_path() const;

@@ -1,0 +1,30 @@
+// int8 weights for the vision tower (`--quant int8` and `--quant int4`): the
+// four linears of each of the 24 blocks (the mergers stay bf16), quantized once per
+// checkpoint (groups of 128, as the decoder's int8 weights) into their own
+// cache file, <cache>/vision-int8-<fingerprint>-v<format>-g<group>.bin, that
+// later runs mmap (decoder/int8_weights.h does the building and checking).
+// The blocks then run kernels/int8_gemm.h's int8 × int8 GEMM, and the bf16
+// copies of those weights are never loaded (docs/PERFORMANCE.md, "int8 vision").
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "qvl/decoder/options.h"  // NoteCallback
+#include "qvl/kernels/int8_cache.h"
+#include "qvl/model/config.h"
+
+namespace qvl {
+
+class Checkpoint;
+
+// The module parameter names ("blocks.3.attn.qkv.weight", ...) of the weights that run int8.
+std::set<std::string> vision_int8_weight_names(const VisionConfig& cfg);
+
+// The mapped cache of those weights, built first (atomically; a note through
+// on_note) when missing, damaged or made from other weights. Throws qvl::Error.
+std::unique_ptr<kernels::Int8Cache> load_vision_int8_cache(const ModelConfig& cfg, const Checkpoint& ckpt,
+                                                           const std::string& dir, const NoteCallback& on_note);
+
+}  // namespace qvl
