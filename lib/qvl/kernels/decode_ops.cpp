@@ -265,12 +265,14 @@ void check_attention_shape(const AttentionShape& shape, const char* what) {
 }
 
 // Runs kernels.attend_pair on every (sequence, kv head) pair, the threads
-// taking contiguous pieces of [0, pairs) mapped through `pair_of`.
+// taking contiguous pieces of [0, pairs) mapped through `pair_of`: one piece
+// each (claim = 0), or pieces of `claim` pairs claimed in turn.
 template <class PairOf>
 void run_attention_pairs(const DecodeKernels& kernels, const AttentionJob& job, int64_t pairs, int64_t longest,
-                         PairOf pair_of) {
+                         int64_t claim, PairOf pair_of) {
   const int64_t scratch_floats = job.shape.heads / job.shape.kv_heads * longest;
-  parallel_for(pairs, 1, [&](int64_t begin, int64_t end) {
+  const auto run = claim > 0 ? parallel_claim : parallel_for;
+  run(pairs, claim > 0 ? claim : 1, [&](int64_t begin, int64_t end) {
     // Grown, never shrunk: a decode step after the first allocates nothing.
     thread_local std::vector<float> scratch;
     if (int64_t(scratch.size()) < scratch_floats) scratch.resize(size_t(scratch_floats));
@@ -294,7 +296,7 @@ void decode_attention(Storage s, const void* q, const KvSequence* sequences, int
     longest = std::max(longest, seq.visible);
   }
   const AttentionJob job{s, q, sequences, shape, static_cast<float>(1.0 / std::sqrt(double(shape.head_dim))), out};
-  run_attention_pairs(kernels, job, batch * shape.kv_heads, longest, [](int64_t pair) { return pair; });
+  run_attention_pairs(kernels, job, batch * shape.kv_heads, longest, 0, [](int64_t pair) { return pair; });
 }
 
 void causal_attention(Storage s, const void* q, const KvSequence& cache, int64_t n, const AttentionShape& shape,
@@ -310,10 +312,11 @@ void causal_attention(Storage s, const void* q, const KvSequence& cache, int64_t
   for (int64_t i = 0; i < n; ++i) queries[size_t(i)].visible = cache.visible - n + i + 1;
   const AttentionJob job{s, q, queries.data(), shape, static_cast<float>(1.0 / std::sqrt(double(shape.head_dim))),
                          out};
-  // Queries in the order 0, n-1, 1, n-2, ...: any contiguous piece holds
-  // short and long ones alike, so the threads' shares of the triangle match.
+  // Queries in the order 0, n-1, 1, n-2, ..., 4 at a time (all their kv
+  // heads) claimed by the threads in turn: every piece holds short and long
+  // ones alike, and a thread that loses its core leaves the rest to the others.
   const int64_t kv_heads = shape.kv_heads;
-  run_attention_pairs(kernels, job, n * kv_heads, cache.visible, [n, kv_heads](int64_t i) {
+  run_attention_pairs(kernels, job, n * kv_heads, cache.visible, 4 * kv_heads, [n, kv_heads](int64_t i) {
     const int64_t j = i / kv_heads, b = j % 2 == 0 ? j / 2 : n - 1 - j / 2;
     return b * kv_heads + i % kv_heads;
   });

@@ -82,10 +82,11 @@ void decode_attention(Storage s, const void* q, const KvSequence* sequences, int
 // and values are already stored at cache positions [visible - n, visible):
 // query i (q [n, heads, head_dim], out [n, heads · head_dim]) attends
 // positions [0, visible - n + i]. Each query is computed exactly as
-// decode_attention computes a single one, so a prompt prefilled at once and
-// token by token gets the same bits. The (query, kv head) pairs are split
-// over the threads short and long in turn, so each thread gets a like share
-// of the causal triangle. Throws qvl::Error on inconsistent shapes.
+// decode_attention computes a single one (the same bits as a decode step at
+// that position). The (query, kv head) pairs go to the threads short and long
+// in turn, in small pieces claimed one after another (kernels/parallel.h), so
+// the threads share the causal triangle evenly. Throws qvl::Error on
+// inconsistent shapes.
 void causal_attention(Storage s, const void* q, const KvSequence& cache, int64_t n, const AttentionShape& shape,
                       void* out, Isa isa = active_isa());
 
