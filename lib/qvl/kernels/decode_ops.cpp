@@ -312,10 +312,28 @@ void causal_attention(Storage s, const void* q, const KvSequence& cache, int64_t
   for (int64_t i = 0; i < n; ++i) queries[size_t(i)].visible = cache.visible - n + i + 1;
   const AttentionJob job{s, q, queries.data(), shape, static_cast<float>(1.0 / std::sqrt(double(shape.head_dim))),
                          out};
-  // Queries in the order 0, n-1, 1, n-2, ..., 4 at a time (all their kv
-  // heads) claimed by the threads in turn: every piece holds short and long
-  // ones alike, and a thread that loses its core leaves the rest to the others.
-  const int64_t kv_heads = shape.kv_heads;
+  const int64_t kv_heads = shape.kv_heads, scratch_floats = shape.heads / kv_heads * cache.visible;
+  if (kernels.attend_two && shape.heads == 2 * kv_heads && shape.head_dim == 128) {
+    // Queries two at a time (2u, 2u + 1: one pass over the keys and values
+    // for both), the pairs in the order 0, last, 1, last - 1, ..., 2 at a
+    // time (all their kv heads) claimed by the threads in turn: every piece
+    // holds short and long ones alike, and a thread that loses its core
+    // leaves the rest to the others.
+    const int64_t units = (n + 1) / 2;
+    parallel_claim(units * kv_heads, 2 * kv_heads, [&](int64_t begin, int64_t end) {
+      thread_local std::vector<float> scratch;
+      if (int64_t(scratch.size()) < 2 * scratch_floats) scratch.resize(size_t(2 * scratch_floats));
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t j = i / kv_heads, u = j % 2 == 0 ? j / 2 : units - 1 - j / 2, g = i % kv_heads;
+        if (2 * u + 1 < n)
+          kernels.attend_two(job, 2 * u, g, scratch.data());
+        else
+          kernels.attend_pair(job, 2 * u * kv_heads + g, scratch.data());
+      }
+    });
+    return;
+  }
+  // Otherwise one query at a time, in the same order, 4 at a time.
   run_attention_pairs(kernels, job, n * kv_heads, cache.visible, 4 * kv_heads, [n, kv_heads](int64_t i) {
     const int64_t j = i / kv_heads, b = j % 2 == 0 ? j / 2 : n - 1 - j / 2;
     return b * kv_heads + i % kv_heads;
