@@ -174,6 +174,26 @@ void attend_pair_dispatch(const AttentionJob& job, int64_t pair, float* scratch)
     attend_pair<T, 0, 0>(job, pair, scratch);
 }
 
+// reduce_pairwise of 16 vectors v[i] at once, lane 4 · (i % 4) + i / 4 of
+// the result: every sum pairs the same lanes as reduce_pairwise (halves of
+// 256, 128, 64, then 32 bits), so each equals reduce_pairwise(v[i]) bit for bit.
+inline __m512 reduce_pairwise16(const __m512 (&v)[16]) {
+  __m512 eight[8];  // [lanes 0-7 of v[2j] + lanes 8-15, the same of v[2j + 1]]
+  for (int j = 0; j < 8; ++j)
+    eight[j] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  __m512 four[4];  // 128-bit lane L: four sums of v[4k + L]
+  for (int k = 0; k < 4; ++k)
+    four[k] = _mm512_add_ps(_mm512_shuffle_f32x4(eight[2 * k], eight[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_f32x4(eight[2 * k], eight[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  __m512 two[2];  // lane L: two sums of v[L], of v[4 + L] (two[0]); of v[8 + L], v[12 + L] (two[1])
+  for (int k = 0; k < 2; ++k)
+    two[k] = _mm512_add_ps(_mm512_shuffle_ps(four[2 * k], four[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                           _mm512_shuffle_ps(four[2 * k], four[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  return _mm512_add_ps(_mm512_shuffle_ps(two[0], two[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_ps(two[0], two[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
 // Two queries over one cache (sequences b and b + 1 share keys and values;
 // b sees va ≤ vb positions), kv head g, for the Qwen3-VL shape only (2 query
 // heads per kv head, head_dim 128): every key and value row is loaded and
@@ -217,7 +237,33 @@ void attend_two(const AttentionJob& job, int64_t b, int64_t g, float* scratch) {
         }
     }
   };
-  score_rows(0, visible[0], 0);
+  // Both queries' positions 4 at a time: the 16 dot vectors (4 rows, 4 keys)
+  // summed horizontally together, each with reduce_pairwise's pairs in its
+  // order (the same bits) at a third of the instructions.
+  const __m512i by_row = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m512 scale = _mm512_set1_ps(job.scale);
+  int64_t t0 = 0;
+  for (; t0 + 4 <= visible[0]; t0 += 4) {
+    __m512 dots[16];  // [4 · row + key], row = 2 · query + head
+    for (int key = 0; key < 4; ++key) {
+      const T* row = keys + (t0 + key) * kDim;
+      prefetch_range(row + ahead * kDim, kDim);
+      __m512 k[kChunks];
+      for (int c = 0; c < kChunks; ++c) k[c] = load(row + c * kLanes, 0xffff);
+      for (int j = 0; j < 2; ++j)
+        for (int h = 0; h < kGroup; ++h) {
+          __m512 dot = _mm512_setzero_ps();
+          for (int c = 0; c < kChunks; ++c) dot = _mm512_fmadd_ps(_mm512_load_ps(&query[j][h][c * kLanes]), k[c], dot);
+          dots[4 * (2 * j + h) + key] = dot;
+        }
+    }
+    const __m512 sums = reduce_pairwise16(dots);  // lane 4 · key + row
+    const __m512 per_row = _mm512_mul_ps(_mm512_permutexvar_ps(by_row, sums), scale);  // lane 4 · row + key
+    for (int j = 0; j < 2; ++j)
+      for (int h = 0; h < kGroup; ++h)
+        _mm_storeu_ps(scores[j][h] + t0, _mm512_extractf32x4_ps(per_row, 2 * j + h));
+  }
+  score_rows(t0, visible[0], 0);
   score_rows(visible[0], visible[1], 1);
   for (int j = 0; j < 2; ++j)
     for (int h = 0; h < kGroup; ++h) softmax_in_place(scores[j][h], visible[j], values);
