@@ -57,9 +57,9 @@ void attend_block(const at::Tensor& q, const at::Tensor& keys, const at::Tensor&
 // at cache positions [past, past + L). Writes out [L, heads * head_dim].
 // float32 and bf16 go through the fused kernel, each query as a decode step
 // computes it: no L × context score matrix, both threads busy (the float32
-// bmm below runs on one, OpenBLAS being kept at one thread), ~20 % less CPU
-// time on a 502-token prefill (docs/PERFORMANCE.md, "int8 matmuls"). Other
-// dtypes go through ATen.
+// bmm below runs on one, OpenBLAS being kept at one thread), about half the
+// CPU time on a 502-token prefill (docs/PERFORMANCE.md, "int8 matmuls").
+// Other dtypes go through ATen.
 void attend(const at::Tensor& q, const KvCache& cache, int64_t layer, int64_t past, at::Tensor& out) {
   const int64_t L = q.size(0);
   const at::Tensor keys = cache.keys(layer, past + L), values = cache.values(layer, past + L);
