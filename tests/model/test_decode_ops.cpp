@@ -296,6 +296,59 @@ TEST_CASE("decode ops: decode_attention refuses inconsistent shapes and caches")
   CHECK_THROWS_AS(decode_attention(Storage::F32, q.data_ptr(), &good, 1, {4, 3, 8}, out.data_ptr()), qvl::Error);
 }
 
+TEST_CASE("decode ops: causal_attention gives each query decode_attention's bits over its own prefix") {
+  // A prefill's query i sees positions [0, past + i]: the same bits as a
+  // decode step at that position (so prefilling at once or token by token
+  // agree), and decode_attention itself is held to ATen above. The cache is
+  // NaN past the last new token, and a query that saw a later position than
+  // its own would differ from the one-query result.
+  at::manual_seed(16);
+  const int64_t heads = 16, kv_heads = 8, head_dim = 128, capacity = 300;
+  for (Isa isa : tiers_here())
+    for (at::ScalarType dtype : kDtypes)
+      for (int64_t past : {0, 37})
+        for (int64_t n : {1, 2, 7, 64}) {
+          const std::string tier = isa_name(isa);
+          CAPTURE(tier);
+          const std::string dtype_name = c10::toString(dtype);
+          CAPTURE(dtype_name);
+          CAPTURE(past);
+          CAPTURE(n);
+          const TestCache cache = make_cache(kv_heads, capacity, head_dim, past + n, dtype);
+          const at::Tensor q = activations({n, heads, head_dim}, dtype, 1.5);
+          at::Tensor out = at::empty({n, heads * head_dim}, dtype);
+          causal_attention(storage_of(dtype), q.data_ptr(), {cache.keys.data_ptr(), cache.values.data_ptr(), capacity, past + n},
+                           n, {heads, kv_heads, head_dim}, out.data_ptr(), isa);
+          bool all_equal = true;
+          for (int64_t i = 0; i < n; ++i) {
+            const KvSequence own{cache.keys.data_ptr(), cache.values.data_ptr(), capacity, past + i + 1};
+            at::Tensor one = at::empty({1, heads * head_dim}, dtype);
+            decode_attention(storage_of(dtype), q[i].data_ptr(), &own, 1, {heads, kv_heads, head_dim}, one.data_ptr(), isa);
+            all_equal = all_equal && at::equal(out[i], one[0]);
+          }
+          CHECK(all_equal);
+          CHECK(at::isfinite(out).all().item<bool>());
+        }
+}
+
+TEST_CASE("decode ops: causal_attention refuses inconsistent shapes and caches") {
+  at::Tensor cache = at::zeros({2, 4, 8});
+  at::Tensor q = at::zeros({3, 4, 8}), out = at::zeros({3, 32});
+  const KvSequence good{cache.data_ptr(), cache.data_ptr(), 4, 4};
+  CHECK_NOTHROW(causal_attention(Storage::F32, q.data_ptr(), good, 3, {4, 2, 8}, out.data_ptr()));
+  // Fewer visible positions than new queries, more than the capacity, no keys.
+  CHECK_THROWS_AS(causal_attention(Storage::F32, q.data_ptr(), {cache.data_ptr(), cache.data_ptr(), 4, 2}, 3, {4, 2, 8},
+                                   out.data_ptr()),
+                  qvl::Error);
+  CHECK_THROWS_AS(causal_attention(Storage::F32, q.data_ptr(), {cache.data_ptr(), cache.data_ptr(), 4, 5}, 3, {4, 2, 8},
+                                   out.data_ptr()),
+                  qvl::Error);
+  CHECK_THROWS_AS(causal_attention(Storage::F32, q.data_ptr(), {nullptr, cache.data_ptr(), 4, 4}, 3, {4, 2, 8},
+                                   out.data_ptr()),
+                  qvl::Error);
+  CHECK_THROWS_AS(causal_attention(Storage::F32, q.data_ptr(), good, 3, {4, 3, 8}, out.data_ptr()), qvl::Error);
+}
+
 TEST_CASE("decode ops: silu_mul rounds silu(gate) once, then the product") {
   // The kernel's contract is float32 math with one rounding of silu(g) to the
   // storage and one of the product: want = round(round(silu(g))·up), silu(g)

@@ -208,6 +208,13 @@ TEST_CASE("decode ops: the avx2 and avx512 tiers give the same bits") {
       decode_attention(s, q.data(), sequences.data(), 3, attention, a.data(), Isa::Avx2);
       decode_attention(s, q.data(), sequences.data(), 3, attention, b.data(), Isa::Avx512);
       CHECK(a == b);
+      // A prefill's causal attention (the avx512 tier takes two queries at a
+      // time on the Qwen3-VL shape): 7 queries, an odd count, after 293.
+      const Activations prefill_q(s, values(7 * shape.heads * shape.head_dim, 19));
+      Activations pa(s, std::vector<float>(size_t(7 * shape.heads * shape.head_dim), 0.0f)), pb = pa;
+      causal_attention(s, prefill_q.data(), sequences[0], 7, attention, pa.data(), Isa::Avx2);
+      causal_attention(s, prefill_q.data(), sequences[0], 7, attention, pb.data(), Isa::Avx512);
+      CHECK(pa == pb);
     }
   for (Storage s : kStorages) {
     // Far past where e^-g is clamped, both signs of zero, and a partial vector.

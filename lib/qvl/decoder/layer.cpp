@@ -13,6 +13,16 @@
 namespace qvl {
 namespace {
 
+// The fused kernels of kernels/decode_ops.h take float32 or bf16 tensors that
+// are contiguous and share one dtype; anything else takes the ATen route.
+std::optional<kernels::Storage> fused_storage(std::initializer_list<const at::Tensor*> tensors) {
+  const at::ScalarType dtype = (*tensors.begin())->scalar_type();
+  if (dtype != at::kFloat && dtype != at::kBFloat16) return std::nullopt;
+  for (const at::Tensor* t : tensors)
+    if (t->scalar_type() != dtype || !t->is_contiguous()) return std::nullopt;
+  return dtype == at::kFloat ? kernels::Storage::F32 : kernels::Storage::BF16;
+}
+
 // Queries handled together in a long prefill: bounds the float32 score matrix
 // to kv_heads x group x kQueryBlock x context.
 constexpr int64_t kQueryBlock = 256;
@@ -45,24 +55,26 @@ void attend_block(const at::Tensor& q, const at::Tensor& keys, const at::Tensor&
 
 // Causal attention of the L new queries, whose keys/values are already stored
 // at cache positions [past, past + L). Writes out [L, heads * head_dim].
+// float32 and bf16 go through the fused kernel, each query as a decode step
+// computes it: no L × context score matrix, both threads busy (the float32
+// bmm below runs on one, OpenBLAS being kept at one thread), about half the
+// CPU time on a 502-token prefill (docs/PERFORMANCE.md, "int8 matmuls").
+// Other dtypes go through ATen.
 void attend(const at::Tensor& q, const KvCache& cache, int64_t layer, int64_t past, at::Tensor& out) {
   const int64_t L = q.size(0);
+  const at::Tensor keys = cache.keys(layer, past + L), values = cache.values(layer, past + L);
+  if (const std::optional<kernels::Storage> storage = fused_storage({&q, &out});
+      storage && keys.scalar_type() == q.scalar_type() && out.dim() == 2 && out.stride(0) == out.size(1)) {
+    kernels::causal_attention(*storage, q.data_ptr(), {keys.data_ptr(), values.data_ptr(), cache.capacity(), past + L},
+                              L, {q.size(1), keys.size(0), q.size(2)}, out.data_ptr());
+    return;
+  }
   for (int64_t start = 0; start < L; start += kQueryBlock) {
     const int64_t n = std::min(kQueryBlock, L - start);
     const int64_t visible = past + start + n;
     attend_block(q.narrow(0, start, n), cache.keys(layer, visible), cache.values(layer, visible), past + start,
                  out.narrow(0, start, n));
   }
-}
-
-// The fused kernels of kernels/decode_ops.h take float32 or bf16 tensors that
-// are contiguous and share one dtype; anything else takes the ATen route.
-std::optional<kernels::Storage> fused_storage(std::initializer_list<const at::Tensor*> tensors) {
-  const at::ScalarType dtype = (*tensors.begin())->scalar_type();
-  if (dtype != at::kFloat && dtype != at::kBFloat16) return std::nullopt;
-  for (const at::Tensor* t : tensors)
-    if (t->scalar_type() != dtype || !t->is_contiguous()) return std::nullopt;
-  return dtype == at::kFloat ? kernels::Storage::F32 : kernels::Storage::BF16;
 }
 
 // rms_norm over each head of x [L, heads, head_dim] then the rotary embedding,

@@ -253,16 +253,40 @@ void head_norm_rope(Storage s, const void* x, const void* weight, const float* c
                    [&](int64_t begin, int64_t end) { kernels.head_norm_rope_rows(job, begin, end); });
 }
 
+namespace {
+
+void check_attention_shape(const AttentionShape& shape, const char* what) {
+  if (shape.kv_heads <= 0 || shape.heads <= 0 || shape.heads % shape.kv_heads != 0 ||
+      shape.heads / shape.kv_heads > kMaxGroup)
+    throw Error(fmt::format("{}: {} query heads cannot share {} kv heads (groups of at most {})", what, shape.heads,
+                            shape.kv_heads, kMaxGroup));
+  if (shape.head_dim <= 0 || shape.head_dim > kMaxHeadDim)
+    throw Error(fmt::format("{}: head_dim {} is outside 1..{}", what, shape.head_dim, kMaxHeadDim));
+}
+
+// Runs kernels.attend_pair on every (sequence, kv head) pair, the threads
+// taking contiguous pieces of [0, pairs) mapped through `pair_of`: one piece
+// each (claim = 0), or pieces of `claim` pairs claimed in turn.
+template <class PairOf>
+void run_attention_pairs(const DecodeKernels& kernels, const AttentionJob& job, int64_t pairs, int64_t longest,
+                         int64_t claim, PairOf pair_of) {
+  const int64_t scratch_floats = job.shape.heads / job.shape.kv_heads * longest;
+  const auto run = claim > 0 ? parallel_claim : parallel_for;
+  run(pairs, claim > 0 ? claim : 1, [&](int64_t begin, int64_t end) {
+    // Grown, never shrunk: a decode step after the first allocates nothing.
+    thread_local std::vector<float> scratch;
+    if (int64_t(scratch.size()) < scratch_floats) scratch.resize(size_t(scratch_floats));
+    for (int64_t i = begin; i < end; ++i) kernels.attend_pair(job, pair_of(i), scratch.data());
+  });
+}
+
+}  // namespace
+
 void decode_attention(Storage s, const void* q, const KvSequence* sequences, int64_t batch,
                       const AttentionShape& shape, void* out, Isa isa) {
   const DecodeKernels& kernels = decode_kernels(isa, "decode_attention");
   if (batch <= 0) return;
-  if (shape.kv_heads <= 0 || shape.heads <= 0 || shape.heads % shape.kv_heads != 0 ||
-      shape.heads / shape.kv_heads > kMaxGroup)
-    throw Error(fmt::format("decode_attention: {} query heads cannot share {} kv heads (groups of at most {})",
-                            shape.heads, shape.kv_heads, kMaxGroup));
-  if (shape.head_dim <= 0 || shape.head_dim > kMaxHeadDim)
-    throw Error(fmt::format("decode_attention: head_dim {} is outside 1..{}", shape.head_dim, kMaxHeadDim));
+  check_attention_shape(shape, "decode_attention");
   int64_t longest = 0;
   for (int64_t b = 0; b < batch; ++b) {
     const KvSequence& seq = sequences[b];
@@ -272,12 +296,47 @@ void decode_attention(Storage s, const void* q, const KvSequence* sequences, int
     longest = std::max(longest, seq.visible);
   }
   const AttentionJob job{s, q, sequences, shape, static_cast<float>(1.0 / std::sqrt(double(shape.head_dim))), out};
-  const int64_t scratch_floats = shape.heads / shape.kv_heads * longest;
-  parallel_for(batch * shape.kv_heads, 1, [&](int64_t begin, int64_t end) {
-    // Grown, never shrunk: a decode step after the first allocates nothing.
-    thread_local std::vector<float> scratch;
-    if (int64_t(scratch.size()) < scratch_floats) scratch.resize(size_t(scratch_floats));
-    for (int64_t pair = begin; pair < end; ++pair) kernels.attend_pair(job, pair, scratch.data());
+  run_attention_pairs(kernels, job, batch * shape.kv_heads, longest, 0, [](int64_t pair) { return pair; });
+}
+
+void causal_attention(Storage s, const void* q, const KvSequence& cache, int64_t n, const AttentionShape& shape,
+                      void* out, Isa isa) {
+  const DecodeKernels& kernels = decode_kernels(isa, "causal_attention");
+  if (n <= 0) return;
+  check_attention_shape(shape, "causal_attention");
+  if (cache.keys == nullptr || cache.values == nullptr || cache.visible < n || cache.visible > cache.capacity)
+    throw Error(fmt::format("causal_attention: {} new queries with {} visible positions in a cache of {}{}", n,
+                            cache.visible, cache.capacity, cache.keys && cache.values ? "" : " (no keys/values)"));
+  // Query i is a one-query sequence of its own that sees up to its position.
+  std::vector<KvSequence> queries(size_t(n), cache);
+  for (int64_t i = 0; i < n; ++i) queries[size_t(i)].visible = cache.visible - n + i + 1;
+  const AttentionJob job{s, q, queries.data(), shape, static_cast<float>(1.0 / std::sqrt(double(shape.head_dim))),
+                         out};
+  const int64_t kv_heads = shape.kv_heads, scratch_floats = shape.heads / kv_heads * cache.visible;
+  if (kernels.attend_two && shape.heads == 2 * kv_heads && shape.head_dim == 128) {
+    // Queries two at a time (2u, 2u + 1: one pass over the keys and values
+    // for both), the pairs in the order 0, last, 1, last - 1, ..., 2 at a
+    // time (all their kv heads) claimed by the threads in turn: every piece
+    // holds short and long ones alike, and a thread that loses its core
+    // leaves the rest to the others.
+    const int64_t units = (n + 1) / 2;
+    parallel_claim(units * kv_heads, 2 * kv_heads, [&](int64_t begin, int64_t end) {
+      thread_local std::vector<float> scratch;
+      if (int64_t(scratch.size()) < 2 * scratch_floats) scratch.resize(size_t(2 * scratch_floats));
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t j = i / kv_heads, u = j % 2 == 0 ? j / 2 : units - 1 - j / 2, g = i % kv_heads;
+        if (2 * u + 1 < n)
+          kernels.attend_two(job, 2 * u, g, scratch.data());
+        else
+          kernels.attend_pair(job, 2 * u * kv_heads + g, scratch.data());
+      }
+    });
+    return;
+  }
+  // Otherwise one query at a time, in the same order, 4 at a time.
+  run_attention_pairs(kernels, job, n * kv_heads, cache.visible, 4 * kv_heads, [n, kv_heads](int64_t i) {
+    const int64_t j = i / kv_heads, b = j % 2 == 0 ? j / 2 : n - 1 - j / 2;
+    return b * kv_heads + i % kv_heads;
   });
 }
 

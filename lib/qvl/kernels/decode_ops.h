@@ -78,6 +78,18 @@ struct AttentionShape {
 void decode_attention(Storage s, const void* q, const KvSequence* sequences, int64_t batch,
                       const AttentionShape& shape, void* out, Isa isa = active_isa());
 
+// Causal attention of n new queries of one sequence (a prefill), whose keys
+// and values are already stored at cache positions [visible - n, visible):
+// query i (q [n, heads, head_dim], out [n, heads · head_dim]) attends
+// positions [0, visible - n + i]. Each query is computed exactly as
+// decode_attention computes a single one (the same bits as a decode step at
+// that position). The (query, kv head) pairs go to the threads short and long
+// in turn, in small pieces claimed one after another (kernels/parallel.h), so
+// the threads share the causal triangle evenly. Throws qvl::Error on
+// inconsistent shapes.
+void causal_attention(Storage s, const void* q, const KvSequence& cache, int64_t n, const AttentionShape& shape,
+                      void* out, Isa isa = active_isa());
+
 // gate = silu(gate) · up on n values: silu(g) = g / (1 + e^-g) in float32,
 // rounded to the storage, then the product, rounded. The exponential is a
 // polynomial within a few float ulps (on every tier), so results may sit one

@@ -100,6 +100,11 @@ struct DecodeKernels {
   // group · visible floats.
   void (*attend_pair)(const AttentionJob& job, int64_t pair, float* scratch);
   void (*silu_mul)(Storage s, void* gate, const void* up, int64_t begin, int64_t end);
+  // Optional (nullptr: none), 2 query heads per kv head and head_dim 128
+  // only: sequences b and b + 1, which share one cache and see va <= vb
+  // positions, on kv head g, with attend_pair's bits. scratch holds
+  // 2 · (va + vb) floats.
+  void (*attend_two)(const AttentionJob& job, int64_t b, int64_t g, float* scratch) = nullptr;
 };
 
 // The kernels of `isa`'s tier (neon runs the portable ones). Throws

@@ -150,9 +150,10 @@ void gemm_int8(const Int8Matrix& w, const void* x, Storage x_storage, int64_t x_
                [&](int64_t begin, int64_t end) { kernels.quantize(job, x, x_storage, x_stride, begin, end); });
 
   const int64_t panels = (w.rows + kPanelColumns - 1) / kPanelColumns;
-  // A thread's share is at least a few panels' worth of work (~1 M multiply-adds).
-  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 20) / std::max<int64_t>(1, rows * w.padded_cols * kPanelColumns));
-  parallel_for(panels, grain, [&](int64_t begin, int64_t end) { kernels.panels(job, begin, end); });
+  // Pieces of at least ~1 M multiply-adds, claimed by the threads in turn
+  // (a 512-row prefill: one panel, ~33 M, per claim).
+  const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 20) / std::max<int64_t>(1, rows * w.padded_cols * kPanelColumns));
+  parallel_claim(panels, chunk, [&](int64_t begin, int64_t end) { kernels.panels(job, begin, end); });
 }
 
 }  // namespace qvl::kernels

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <exception>
 
 namespace qvl::kernels {
@@ -46,6 +47,27 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
   run_pieces(
       n, [&](int64_t threads) { return std::min(threads, divide_up(n, grain)); },
       [&](int64_t pieces) { return divide_up(n, pieces); }, fn);
+}
+
+void parallel_claim(int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  chunk = std::max<int64_t>(chunk, 1);
+  if (n <= chunk || max_threads() <= 1) return fn(0, n);
+  std::atomic<int64_t> next{0};
+  std::exception_ptr error;
+#pragma omp parallel
+  {
+    for (int64_t begin = next.fetch_add(chunk); begin < n; begin = next.fetch_add(chunk)) {
+      try {
+        fn(begin, std::min(n, begin + chunk));
+      } catch (...) {
+#pragma omp critical(qvl_kernels_run_pieces)
+        if (!error) error = std::current_exception();
+        next.store(n);
+      }
+    }
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 void for_row_ranges(int64_t rows, int64_t bytes_per_row, const std::function<void(int64_t, int64_t)>& fn) {

@@ -20,6 +20,14 @@ int max_threads();
 // at::parallel_for split. Rethrows fn's first exception.
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
+// fn(begin, end) over [0, n) in pieces of `chunk` values that the threads
+// claim in turn until none is left: on a machine shared with other work, a
+// thread that loses its core for a while leaves its share to the others
+// instead of holding up the end of the region (a fixed split waits for the
+// slowest thread). For pieces of similar cost, each worth far more than an
+// atomic add. Rethrows fn's first exception (no piece is started after it).
+void parallel_claim(int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t)>& fn);
+
 // The GEMVs' split of a matrix's rows: one contiguous piece per thread, each
 // at least kMinBytesPerThread of weights (waking a thread costs a few
 // microseconds) and a multiple of kRowAlignment rows except the last.

@@ -1,0 +1,74 @@
+// kernels/parallel.h's parallel_claim: every value of [0, n) handed out
+// exactly once, in pieces of the asked size, on any thread count, and fn's
+// exception back on the caller.
+#include <doctest/doctest.h>
+
+#include <omp.h>
+
+#include <atomic>
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+#include "kernel_test_support.h"
+#include "qvl/kernels/parallel.h"
+
+using namespace qvl::kernels;
+using qvl::test::ThreadCount;
+
+TEST_CASE("parallel_claim covers [0, n) once, in pieces of the chunk, on 1 to 3 threads") {
+  for (int threads : {1, 2, 3})
+    for (int64_t n : {int64_t(1), int64_t(7), int64_t(64), int64_t(1001)})
+      for (int64_t chunk : {int64_t(1), int64_t(3), int64_t(64), int64_t(5000)}) {
+        CAPTURE(threads);
+        CAPTURE(n);
+        CAPTURE(chunk);
+        ThreadCount t(threads);
+        std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
+        std::atomic<bool> pieces_ok{true};
+        std::vector<std::atomic<int>> by_thread(4);
+        parallel_claim(n, chunk, [&](int64_t begin, int64_t end) {
+          // A piece starts at a multiple of the chunk and is whole, except the last.
+          if (begin % chunk != 0 || (end - begin != chunk && end != n) || begin >= end) pieces_ok = false;
+          for (int64_t i = begin; i < end; ++i) seen[size_t(i)]++;
+          by_thread[size_t(omp_get_thread_num() % 4)]++;
+        });
+        bool once = true;
+        for (auto& s : seen) once &= s.load() == 1;
+        CHECK(once);
+        CHECK(pieces_ok);
+        if (n <= chunk || threads == 1) CHECK(by_thread[0] == 1);  // small or single-threaded: one call, no team
+      }
+}
+
+TEST_CASE("parallel_claim: a thread left behind does not hold the others' pieces") {
+  // Thread 0 stalls in its first piece; the other claims the rest meanwhile.
+  ThreadCount t(2);
+  if (omp_get_max_threads() < 2) return;
+  std::vector<int> owner(40, -1);
+  parallel_claim(40, 1, [&](int64_t begin, int64_t) {
+    if (omp_get_thread_num() == 0 && begin < 2) {
+      const double until = omp_get_wtime() + 0.2;
+      while (omp_get_wtime() < until) {
+      }
+    }
+    owner[size_t(begin)] = omp_get_thread_num();
+  });
+  int by_other = 0;
+  for (int o : owner) by_other += o == 1;
+  CHECK(by_other >= 35);  // a fixed half-and-half split would give it 20
+}
+
+TEST_CASE("parallel_claim rethrows the first exception, on any thread count") {
+  for (int threads : {1, 2}) {
+    ThreadCount t(threads);
+    std::atomic<int64_t> calls{0};
+    CHECK_THROWS_AS(parallel_claim(100, 1,
+                                   [&](int64_t begin, int64_t end) {
+                                     ++calls;
+                                     if (begin <= 3 && 3 < end) throw std::runtime_error("value 3");
+                                   }),
+                    std::runtime_error);
+    CHECK(calls.load() < 100);  // pieces stop being handed out after the throw
+  }
+}
