@@ -64,7 +64,7 @@ def cell(values, fmt):
     if not values:
         return "—"
     med = statistics.median(values)
-    if len(values) == 1:
+    if fmt.format(min(values)) == fmt.format(max(values)):
         return fmt.format(med)
     return f"{fmt.format(med)} ({fmt.format(min(values))}–{fmt.format(max(values))})"
 
@@ -140,7 +140,7 @@ def main():
     print(f"| rounds | " + " | ".join(str(c["rounds"]) for _, c in ratios) + " |")
     print()
     print("qvl's peak RSS is its own figure (qvl bench); llama.cpp's is /usr/bin/time's maximum RSS of "
-          "the node process (includes node itself, ~50 MB).")
+          "the node process (includes node with the addon, ~90 MB).")
 
 
 if __name__ == "__main__":
