@@ -20,7 +20,8 @@
 #
 # Knobs: QVL (build/apps/qvl), ROUNDS (3), N new tokens (64), THREADS (2),
 # QVL_LOAD (lazy), LLAMA_REPEAT (2: runs per llama.cpp process, the first one
-# cold like qvl's lazy run), OUT (results folder, default compare-llamacpp-<time>).
+# cold like qvl's lazy run), LLAMA_ARGS (more bench.mjs flags, e.g.
+# "--flash-attention off"), OUT (results folder, default compare-llamacpp-<time>).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 M=${MODEL:?MODEL=<2B-shaped model folder>}
@@ -72,7 +73,7 @@ for r in $(seq 1 "$ROUNDS"); do
       || log "qvl $q r$r failed (see $OUT/qvl-$q-r$r.err)"
     log "llama.cpp $gname r$r"
     /usr/bin/time -v -o "$OUT/llama-$gname-r$r.time" node "$here/llamacpp/bench.mjs" --model "$g" --prompt-file "$P" \
-      --threads "$THREADS" -n "$N" --repeat "$LLAMA_REPEAT" --json > "$OUT/llama-$gname-r$r.jsonl" 2> "$OUT/llama-$gname-r$r.err" \
+      --threads "$THREADS" -n "$N" --repeat "$LLAMA_REPEAT" ${LLAMA_ARGS:-} --json > "$OUT/llama-$gname-r$r.jsonl" 2> "$OUT/llama-$gname-r$r.err" \
       || log "llama.cpp $gname r$r failed (see $OUT/llama-$gname-r$r.err)"
   done
 done

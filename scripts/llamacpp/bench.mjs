@@ -9,7 +9,8 @@
 // CPU generation, of which ggml picks the best this CPU runs.
 //
 //   node scripts/llamacpp/bench.mjs --model M.gguf --prompt-file P.txt \
-//        [--threads 2] [-n 64] [--repeat 3] [--json]
+//        [--threads 2] [-n 64] [--repeat 3] [--ctx 2048] [--batch 512]
+//        [--flash-attention auto|on|off] [--json]
 //
 // What it times, to match `qvl bench --prompt`: the prompt is wrapped in the
 // same chat turn qvl builds (<|im_start|>user ... <|im_end|> <|im_start|>assistant),
@@ -24,7 +25,7 @@ import path from "node:path";
 import { performance } from "node:perf_hooks";
 
 function parseArgs(argv) {
-  const a = { threads: 2, n: 64, repeat: 3, json: false, ctx: 2048, batch: 512 };
+  const a = { threads: 2, n: 64, repeat: 3, json: false, ctx: 2048, batch: 512, flash: "auto" };
   for (let i = 0; i < argv.length; i++) {
     const k = argv[i], v = () => {
       if (i + 1 >= argv.length) throw new Error(`${k} needs a value`);
@@ -38,10 +39,12 @@ function parseArgs(argv) {
     else if (k === "--repeat") a.repeat = Number(v());
     else if (k === "--ctx") a.ctx = Number(v());
     else if (k === "--batch") a.batch = Number(v());
+    else if (k === "--flash-attention") a.flash = v();
     else if (k === "--json") a.json = true;
     else throw new Error(`unknown argument ${k}`);
   }
   if (!a.model) throw new Error("--model M.gguf is required");
+  if (!["auto", "on", "off"].includes(a.flash)) throw new Error("--flash-attention is auto, on or off");
   if (!a.prompt && !a.promptFile) throw new Error("--prompt-file or --prompt is required");
   return a;
 }
@@ -85,6 +88,7 @@ async function main() {
   const context = await model.createContext({
     contextSize: args.ctx, batchSize: args.batch, sequences: 1,
     threads: { ideal: args.threads, min: args.threads },
+    flashAttention: args.flash === "auto" ? "auto" : args.flash === "on",
   });
   const sequence = context.getSequence();
   const chat = `<|im_start|>user\n${text}<|im_end|>\n<|im_start|>assistant\n`;
@@ -96,6 +100,7 @@ async function main() {
     llama_cpp: `${llama.llamaCppRelease.repo}@${llama.llamaCppRelease.release}`,
     build: llama.buildType,
     threads: context.currentThreads,
+    flash_attention: args.flash,
     system_info: llama.systemInfo,
     cpu_backend: loadedCpuLibraries(),
   };
