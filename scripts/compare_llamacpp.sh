@@ -23,6 +23,9 @@
 # cold like qvl's lazy run), LLAMA_ARGS (more bench.mjs flags, e.g.
 # "--flash-attention off"), OUT (results folder, default compare-llamacpp-<time>).
 set -euo pipefail
+# All of it in one function, read whole before it runs: editing this file
+# during a run (bash reads scripts as it goes) cannot derail the run.
+main() {
 here=$(cd "$(dirname "$0")" && pwd)
 M=${MODEL:?MODEL=<2B-shaped model folder>}
 P=${PROMPT_FILE:?PROMPT_FILE=<~500-token text file>}
@@ -79,3 +82,6 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 log done
 "$PY" "$here/llamacpp/summarize.py" "$OUT" | tee "$OUT/table.md"
+}
+main "$@"
+exit
