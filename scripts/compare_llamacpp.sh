@@ -8,8 +8,9 @@
 # Pairs qvl bf16 / int8 / int4 with llama.cpp BF16 / Q8_0 / Q4_K_M and runs
 # each pair back to back, every run a fresh process with 2 threads, for ROUNDS
 # rounds, so the ratios come from neighbouring minutes; then prints one table
-# (scripts/llamacpp/summarize.py). ~5-6 minutes on an idle 2-core Zen 4 with
-# ROUNDS=3, plus ~2 minutes the first time (GGUF files, llama.cpp install).
+# (scripts/llamacpp/summarize.py). ~6 minutes on an idle 2-core Zen 4 with
+# ROUNDS=3 (an estimate from idle figures; 2 rounds took 15 minutes at load
+# average 3-5), plus ~2 minutes the first time (GGUF files, llama.cpp install).
 #
 # Needs: node >= 20 and npm with registry access (the first run installs
 # node-llama-cpp, whose prebuilt llama.cpp libraries it uses, into
