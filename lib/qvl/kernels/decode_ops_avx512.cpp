@@ -259,9 +259,13 @@ void attend_two(const AttentionJob& job, int64_t b, int64_t g, float* scratch) {
     }
     const __m512 sums = reduce_pairwise16(dots);  // lane 4 · key + row
     const __m512 per_row = _mm512_mul_ps(_mm512_permutexvar_ps(by_row, sums), scale);  // lane 4 · row + key
-    for (int j = 0; j < 2; ++j)
-      for (int h = 0; h < kGroup; ++h)
-        _mm_storeu_ps(scores[j][h] + t0, _mm512_extractf32x4_ps(per_row, 2 * j + h));
+    // The lane index must be an immediate, which a loop gives only when the
+    // compiler unrolls it (not at -O1, the sanitizer build): written out.
+    static_assert(kGroup == 2, "two queries × two heads: four rows of four keys");
+    _mm_storeu_ps(scores[0][0] + t0, _mm512_extractf32x4_ps(per_row, 0));
+    _mm_storeu_ps(scores[0][1] + t0, _mm512_extractf32x4_ps(per_row, 1));
+    _mm_storeu_ps(scores[1][0] + t0, _mm512_extractf32x4_ps(per_row, 2));
+    _mm_storeu_ps(scores[1][1] + t0, _mm512_extractf32x4_ps(per_row, 3));
   }
   score_rows(t0, visible[0], 0);
   score_rows(visible[0], visible[1], 1);
