@@ -18,7 +18,7 @@ namespace {
 constexpr int kHalfLanes = kLanes / 2;
 
 struct FmaKernel {
-  // Measured (Zen 5, 2 threads; tests/model/bench_kernels.cpp): 4 rows at
+  // Measured (AMD EPYC family 25 model 17, 2 threads; tests/model/bench_kernels.cpp): 4 rows at
   // every batch. Each accumulator takes two dependent FMAs per chunk, so it
   // needs 2·R·N >= 8 accumulators in flight to hide the FMA latency; from
   // batch 2 on they no longer fit in 16 registers, yet spilling some (one L1

@@ -20,7 +20,7 @@ namespace {
 
 namespace simd = simd_avx512;
 // 6 rows × 2 registers (32 columns): 12 + 12 accumulators, 2 weight
-// registers and a broadcast fit the 32 registers. Measured on Zen 5 (1
+// registers and a broadcast fit the 32 registers. Measured on an AMD EPYC family 25 model 17 (1
 // thread, interleaved with bf16, busy machine) against 4×3, 3×4 and 8×2
 // (spills): as fast or faster on the gate/up/down shapes that dominate.
 #ifndef QVL_INT8_TILE_ROWS

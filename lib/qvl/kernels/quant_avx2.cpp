@@ -21,7 +21,7 @@ constexpr int kHalfLanes = kLanes / 2;
 constexpr int64_t kHalfChunk = kInt8Chunk / 2;
 
 struct MaddubsKernel {
-  // Measured (Zen 5, 2 threads; tests/model/bench_kernels.cpp): up to batch
+  // Measured (AMD EPYC family 25 model 17, 2 threads; tests/model/bench_kernels.cpp): up to batch
   // 5 the kernel waits on memory, and one row at a time (a single sequential
   // stream per thread) streams 20-50% faster than blocks of 2-4 rows; from
   // batch 6 on it waits on the integer units, and 3 rows share each x load.

@@ -23,7 +23,7 @@ inline void store_sums(const Int8Job& job, int64_t row, __m512 (&total)[R][N]) {
 struct VnniKernel {
   // Up to batch 2 one row at a time: the kernel waits on memory, and a
   // single sequential stream per thread streams 25-40% faster than blocks of
-  // 4 rows (measured, Zen 5). Beyond, the largest R whose 2·R·N
+  // 4 rows (measured, AMD EPYC family 25 model 17). Beyond, the largest R whose 2·R·N
   // accumulators, R weight sums, R weights and x fit in 32 registers
   // (measured: spilling costs more than fewer rows).
   static constexpr int rows_per_block(int batch) {
