@@ -6,6 +6,8 @@
 #include <omp.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <cstdint>
 #include <stdexcept>
 #include <vector>
@@ -67,6 +69,9 @@ TEST_CASE("parallel_claim rethrows the first exception, on any thread count") {
                                    [&](int64_t begin, int64_t end) {
                                      ++calls;
                                      if (begin <= 3 && 3 < end) throw std::runtime_error("value 3");
+                                     // Slow pieces: the other thread must not finish them all
+                                     // while the throw unwinds (slow under ASan).
+                                     std::this_thread::sleep_for(std::chrono::milliseconds(2));
                                    }),
                     std::runtime_error);
     CHECK(calls.load() < 100);  // pieces stop being handed out after the throw
