@@ -3,7 +3,7 @@
 # (docs/PERFORMANCE.md "Same-run comparison with llama.cpp"). A measurement
 # tool, not part of the build or tests. One command, from the repo root:
 #
-#   MODEL=/work/synth-2b PROMPT_FILE=/work/perf/prompt495.txt scripts/compare_llamacpp.sh
+#   MODEL=path/to/synth-2b PROMPT_FILE=path/to/prompt.txt scripts/compare_llamacpp.sh
 #
 # Pairs qvl bf16 / int8 / int4 with llama.cpp BF16 / Q8_0 / Q4_K_M and runs
 # each pair back to back, every run a fresh process with 2 threads, for ROUNDS
@@ -34,7 +34,7 @@ QVL=${QVL:-build/apps/qvl}
 ROUNDS=${ROUNDS:-3}; N=${N:-64}; THREADS=${THREADS:-2}; QVL_LOAD=${QVL_LOAD:-lazy}
 LLAMA_REPEAT=${LLAMA_REPEAT:-2}
 PY=${PYTHON:-/usr/bin/python3}
-export NODE_LLAMA_CPP_DIR=${NODE_LLAMA_CPP_DIR:-/work/llamacpp}
+export NODE_LLAMA_CPP_DIR=${NODE_LLAMA_CPP_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/qvl-llamacpp}
 GGUF_DIR=${GGUF_DIR:-$NODE_LLAMA_CPP_DIR/models}
 OUT=${OUT:-compare-llamacpp-$(date -u +%Y%m%dT%H%M%S)}
 

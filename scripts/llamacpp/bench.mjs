@@ -4,7 +4,7 @@
 // scripts/compare_llamacpp.sh, not part of qvl's build or tests.
 //
 // Needs: node >= 20 and `npm install node-llama-cpp` (npm registry access) in
-// a folder named by NODE_LLAMA_CPP_DIR (default /work/llamacpp); it brings
+// a folder named by NODE_LLAMA_CPP_DIR (default ~/.cache/qvl-llamacpp); it brings
 // llama.cpp as prebuilt shared libraries with one ggml-cpu library per x86
 // CPU generation, of which ggml picks the best this CPU runs.
 //
@@ -50,7 +50,7 @@ function parseArgs(argv) {
 }
 
 async function loadNodeLlamaCpp() {
-  const dir = process.env.NODE_LLAMA_CPP_DIR || "/work/llamacpp";
+  const dir = process.env.NODE_LLAMA_CPP_DIR || `${process.env.XDG_CACHE_HOME || `${process.env.HOME}/.cache`}/qvl-llamacpp`;
   const require = createRequire(path.join(dir, "package.json"));
   let entry;
   try {

@@ -5,7 +5,7 @@ A measurement tool for the same-run comparison with llama.cpp
 (scripts/compare_llamacpp.sh), not part of qvl's build or tests.
 Needs: python3 (ctypes only) and the prebuilt llama.cpp libraries that
 `npm install node-llama-cpp` puts under node_modules/@node-llama-cpp/linux-x64
-in NODE_LLAMA_CPP_DIR (default /work/llamacpp).
+in NODE_LLAMA_CPP_DIR (default ~/.cache/qvl-llamacpp).
 
     python3 scripts/llamacpp/quantize.py IN.gguf OUT.gguf Q8_0|Q4_K_M [--threads 2]
 
@@ -51,7 +51,7 @@ class QuantizeParams(ctypes.Structure):
 
 
 def load_libllama():
-    root = os.environ.get("NODE_LLAMA_CPP_DIR", "/work/llamacpp")
+    root = os.environ.get("NODE_LLAMA_CPP_DIR") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "qvl-llamacpp")
     libdir = os.path.join(root, "node_modules", "@node-llama-cpp", "linux-x64", "bins", "linux-x64")
     found = sorted(glob.glob(os.path.join(libdir, "libllama.*so"))) + \
         sorted(glob.glob(os.path.join(libdir, "libllama.so*")))

@@ -20,36 +20,21 @@
 #include "qvl/vision/module_cache.h"
 #include "qvl/vision/positions.h"
 #include "qvl/vision/vision_encoder.h"
+#include "temp_dir.h"
 #include "test_support.h"
 
 namespace {
 
 using qvl::ImageGrid;
+using qvl_test::TempDir;
 
-// A fresh folder under $TMPDIR, emptied and removed when the tests end.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    const char* tmp = std::getenv("TMPDIR");
-    path = std::string(tmp && *tmp ? tmp : "/tmp") + "/qvl-vision-test-XXXXXX";
-    REQUIRE(::mkdtemp(path.data()) != nullptr);
-  }
-  ~TempDir() {
-    if (DIR* d = ::opendir(path.c_str())) {
-      while (dirent* e = ::readdir(d))
-        if (e->d_name[0] != '.') ::unlink((path + "/" + e->d_name).c_str());
-      ::closedir(d);
-    }
-    ::rmdir(path.c_str());
-  }
-};
 
 struct Fixtures {
   qvl::ModelConfig cfg = qvl::load_model_config(qvl::test::tiny_model_dir());
   qvl::Checkpoint ckpt{qvl::test::tiny_model_dir()};
   qvl::SafetensorsFile model_goldens{qvl::test::data_path("goldens_model.safetensors")};
   qvl::SafetensorsFile processor_goldens{qvl::test::data_path("goldens_processor.safetensors")};
-  TempDir cache;
+  TempDir cache{"qvl-vision-test"};
   std::unique_ptr<qvl::VisionEncoder> f32, bf16, f32_script, bf16_script;
 
   // native: the blocks in C++ (the default); else the module's TorchScript forward.
@@ -243,7 +228,7 @@ TEST_CASE("vision module cache: named by weights, builder version and dtype; bui
   CHECK(f.encoder(at::kFloat).module_path() ==
         qvl::vision_module_path(f.cache.path, qvl::vision_module_key(qvl::test::tiny_model_dir(), f.ckpt), at::kFloat));
 
-  TempDir empty;
+  TempDir empty("qvl-vision-test");
   qvl::VisionOptions opts;
   opts.cache_dir = empty.path;
   opts.build_if_missing = false;
@@ -295,7 +280,7 @@ TEST_CASE("vision module builder: the parameters are the checkpoint's vision ten
 TEST_CASE("vision module builder: the module made now and the one read back from its file agree exactly") {
   // The first encoder of a cache folder runs the module as made; later ones load its file.
   auto& f = fixtures();
-  TempDir dir;
+  TempDir dir("qvl-vision-test");
   qvl::VisionOptions opts;
   opts.dtype = at::kFloat;
   opts.cache_dir = dir.path;

@@ -27,39 +27,15 @@
 #include "qvl/vision/module_cache.h"
 #include "qvl/vision/vision_encoder.h"
 #include "qvl/vision/vision_int8.h"
+#include "temp_dir.h"
 #include "test_support.h"
 
 namespace {
 
 using qvl::ImageGrid;
+using qvl_test::TempDir;
 using qvl::WeightQuant;
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    const char* tmp = std::getenv("TMPDIR");
-    path = std::string(tmp && *tmp ? tmp : "/tmp") + "/qvl-vision-int8-test-XXXXXX";
-    REQUIRE(::mkdtemp(path.data()) != nullptr);
-  }
-  ~TempDir() {
-    if (DIR* d = ::opendir(path.c_str())) {
-      while (dirent* e = ::readdir(d))
-        if (e->d_name[0] != '.') ::unlink((path + "/" + e->d_name).c_str());
-      ::closedir(d);
-    }
-    ::rmdir(path.c_str());
-  }
-  std::vector<std::string> files() const {
-    std::vector<std::string> out;
-    if (DIR* d = ::opendir(path.c_str())) {
-      while (dirent* e = ::readdir(d))
-        if (e->d_name[0] != '.') out.push_back(e->d_name);
-      ::closedir(d);
-    }
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-};
 
 struct Fixtures {
   qvl::ModelConfig cfg = qvl::load_model_config(qvl::test::tiny_model_dir());
@@ -127,7 +103,7 @@ std::string vision_cache_path(const std::string& dir) {
 // both on every output, as would a wrong layer or a lost scale.
 TEST_CASE("vision int8: features close to the float32 reference, within a few times bf16's error") {
   auto& f = fixtures();
-  TempDir dir;
+  TempDir dir("qvl-vision-int8-test");
   auto bf16 = f.encoder(dir.path, WeightQuant::None);
   auto int8 = f.encoder(dir.path, WeightQuant::Int8);
   for (const auto& c : kCases) {
@@ -158,7 +134,7 @@ TEST_CASE("vision int8: features close to the float32 reference, within a few ti
 
 TEST_CASE("vision int8: int4 sessions run the same int8 vision, and the bf16 module is never needed") {
   auto& f = fixtures();
-  TempDir dir;
+  TempDir dir("qvl-vision-int8-test");
   qvl::VisionOptions opts;
   opts.dtype = at::kBFloat16;
   opts.cache_dir = dir.path;
@@ -179,7 +155,7 @@ TEST_CASE("vision int8: int4 sessions run the same int8 vision, and the bf16 mod
 
 TEST_CASE("vision int8: the cache is built once, beside the decoder's, and rebuilt when damaged") {
   auto& f = fixtures();
-  TempDir dir;
+  TempDir dir("qvl-vision-int8-test");
   const std::string path = vision_cache_path(dir.path);
   CHECK(path != qvl::int8_cache_path(dir.path, f.ckpt.fingerprint(), qvl::kDefaultInt8GroupSize));
   CHECK(path.find("/vision-int8-") != std::string::npos);
@@ -220,7 +196,7 @@ TEST_CASE("vision int8: the cache is built once, beside the decoder's, and rebui
 
 TEST_CASE("vision int8: float32 sessions quantize the same weights and stay close to the reference") {
   auto& f = fixtures();
-  TempDir dir;
+  TempDir dir("qvl-vision-int8-test");
   auto int8 = f.encoder(dir.path, WeightQuant::Int8, nullptr, at::kFloat);
   const qvl::VisionFeatures q = int8->encode(f.pixels("photo.jpg"), {f.grid("system_image")});
   CHECK(c10::toString(q.embeds.scalar_type()) == std::string("Float"));
@@ -237,7 +213,7 @@ TEST_CASE("vision int8: float32 sessions quantize the same weights and stay clos
 // 5x bf16_vs_fp32_last_maxabs) plus as much again for the vision features.
 TEST_CASE("vision int8: first-step logits of --quant int8 (int8 vision and decoder) near the float32 reference") {
   auto& f = fixtures();
-  TempDir dir;
+  TempDir dir("qvl-vision-int8-test");
   auto decoder = [&](WeightQuant quant) {
     qvl::DecoderOptions o;
     o.dtype = at::kBFloat16;
