@@ -84,7 +84,7 @@ std::vector<double> integer_reference(const GemmProblem& p) {
 
 std::vector<float> run_gemm(const GemmProblem& p, Isa isa) {
   std::vector<float> y(size_t(p.shape.rows * p.shape.out), -1.0f);
-  gemm_int8(p.q.view(), p.x.data(), Storage::F32, p.shape.in, p.shape.rows, y.data(), Storage::F32, p.shape.out, isa);
+  gemm_int8(p.q.view(), p.x.data(), Storage::F32, p.shape.in, p.shape.rows, y.data(), Storage::F32, p.shape.out, nullptr, isa);
   return y;
 }
 
@@ -172,7 +172,7 @@ TEST_CASE("gemm_int8: bf16 in and out, strides, threads") {
     const std::vector<float> y = run_gemm(p, isa);
     // bf16 output: the float result rounded to nearest even.
     std::vector<uint16_t> y_bf16(y.size()), expected(y.size());
-    gemm_int8(p.q.view(), p.x.data(), Storage::F32, s.in, s.rows, y_bf16.data(), Storage::BF16, s.out, isa);
+    gemm_int8(p.q.view(), p.x.data(), Storage::F32, s.in, s.rows, y_bf16.data(), Storage::BF16, s.out, nullptr, isa);
     for (size_t i = 0; i < y.size(); ++i) expected[i] = float_to_bf16(y[i]);
     CHECK(same_bits(y_bf16, expected));
 
@@ -181,7 +181,7 @@ TEST_CASE("gemm_int8: bf16 in and out, strides, threads") {
     GemmProblem rounded(s, 11);
     for (size_t i = 0; i < x_bf16.size(); ++i) rounded.x[i] = bf16_to_float(x_bf16[i]);
     std::vector<float> from_bf16(y.size());
-    gemm_int8(p.q.view(), x_bf16.data(), Storage::BF16, s.in, s.rows, from_bf16.data(), Storage::F32, s.out, isa);
+    gemm_int8(p.q.view(), x_bf16.data(), Storage::BF16, s.in, s.rows, from_bf16.data(), Storage::F32, s.out, nullptr, isa);
     CHECK(same_bits(from_bf16, run_gemm(rounded, isa)));
 
     // Rows further apart than their width, in and out: the gaps stay untouched.
@@ -189,7 +189,7 @@ TEST_CASE("gemm_int8: bf16 in and out, strides, threads") {
     std::vector<float> x_wide(size_t(s.rows * x_stride), 1e30f), y_wide(size_t(s.rows * y_stride), 42.0f);
     for (int64_t m = 0; m < s.rows; ++m)
       std::copy(p.x.begin() + m * s.in, p.x.begin() + (m + 1) * s.in, x_wide.begin() + m * x_stride);
-    gemm_int8(p.q.view(), x_wide.data(), Storage::F32, x_stride, s.rows, y_wide.data(), Storage::F32, y_stride, isa);
+    gemm_int8(p.q.view(), x_wide.data(), Storage::F32, x_stride, s.rows, y_wide.data(), Storage::F32, y_stride, nullptr, isa);
     bool same = true, gaps = true;
     for (int64_t m = 0; m < s.rows; ++m) {
       for (int64_t n = 0; n < s.out; ++n) same &= y_wide[size_t(m * y_stride + n)] == y[size_t(m * s.out + n)];
@@ -210,6 +210,39 @@ TEST_CASE("gemm_int8: bf16 in and out, strides, threads") {
     }
     CHECK(same_bits(one, two));
     CHECK(same_bits(one, y));
+  }
+}
+
+TEST_CASE("gemm_int8: a bias is added to each float sum before its one rounding") {
+  // With a bias, each output is the float32 sum without it plus bias[n],
+  // rounded once: in float32 the same bits as adding it afterwards, in bf16
+  // the rounding of that float (adding it to an already rounded bf16 output
+  // would round twice, and differs on some outputs). Every tier, every column
+  // tail of the panels and tiles.
+  for (Isa isa : supported_tiers()) {
+    for (const GemmShape& s : kGemmShapes) {
+      CAPTURE(isa_name(isa));
+      CAPTURE(s.rows);
+      CAPTURE(s.out);
+      CAPTURE(s.in);
+      const GemmProblem p(s, uint64_t(s.rows * 77 + s.out * 5 + s.in));
+      const std::vector<float> bias = normal_values(s.out, uint64_t(s.out + 3), 3.0f);
+      const std::vector<float> plain = run_gemm(p, isa);
+      std::vector<float> with_bias(plain.size(), -1.0f), expected(plain.size());
+      std::vector<uint16_t> with_bias_bf16(plain.size()), expected_bf16(plain.size());
+      gemm_int8(p.q.view(), p.x.data(), Storage::F32, s.in, s.rows, with_bias.data(), Storage::F32, s.out,
+                bias.data(), isa);
+      gemm_int8(p.q.view(), p.x.data(), Storage::F32, s.in, s.rows, with_bias_bf16.data(), Storage::BF16, s.out,
+                bias.data(), isa);
+      for (int64_t m = 0; m < s.rows; ++m)
+        for (int64_t n = 0; n < s.out; ++n) {
+          const size_t i = size_t(m * s.out + n);
+          expected[i] = plain[i] + bias[size_t(n)];
+          expected_bf16[i] = float_to_bf16(expected[i]);
+        }
+      CHECK(same_bits(with_bias, expected));
+      CHECK(same_bits(with_bias_bf16, expected_bf16));
+    }
   }
 }
 

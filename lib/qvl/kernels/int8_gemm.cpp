@@ -118,6 +118,7 @@ void int8_gemm_panels_generic(const Int8GemmJob& job, int64_t first_panel, int64
         for (int64_t k = g * w.group_size; k < (g + 1) * w.group_size; ++k) dot += int16_t(q[k]) * int16_t(xq[k]);
         total = float(dot) * (w.scales[n * groups + g] * job.x_scales[m * groups + g]) + total;
       }
+      if (job.bias) total += job.bias[n];
       if (job.y_storage == Storage::F32)
         static_cast<float*>(job.y)[m * job.y_stride + n] = total;
       else
@@ -131,7 +132,7 @@ void int8_gemm_panels_generic(const Int8GemmJob& job, int64_t first_panel, int64
 bool gemm_int8_is_fast(Isa isa) { return kernels_for(isa).panels != int8_gemm_panels_generic; }
 
 void gemm_int8(const Int8Matrix& w, const void* x, Storage x_storage, int64_t x_stride, int64_t rows, void* y,
-               Storage y_storage, int64_t y_stride, Isa isa) {
+               Storage y_storage, int64_t y_stride, const float* bias, Isa isa) {
   validate_int8_layout(w, "gemm_int8");
   require_isa(isa, "gemm_int8");
   if (rows < 0) throw Error(fmt::format("gemm_int8: negative row count {}", rows));
@@ -144,7 +145,7 @@ void gemm_int8(const Int8Matrix& w, const void* x, Storage x_storage, int64_t x_
   x_q_buffer.resize(size_t(rows * w.padded_cols));
   x_scales_buffer.resize(size_t(rows * groups));
   x_bias_buffer.resize(size_t(rows * groups));
-  Int8GemmJob job{&w, rows, x_q_buffer.data(), x_scales_buffer.data(), x_bias_buffer.data(), y, y_storage, y_stride};
+  Int8GemmJob job{&w, rows, x_q_buffer.data(), x_scales_buffer.data(), x_bias_buffer.data(), y, y_storage, y_stride, bias};
   const TierKernels kernels = kernels_for(isa);
   parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, w.cols)),
                [&](int64_t begin, int64_t end) { kernels.quantize(job, x, x_storage, x_stride, begin, end); });

@@ -12,19 +12,21 @@
 
 namespace qvl::kernels {
 
-// Y[m, n] = sum_k X[m, k] · dequantized W[n, k], for m < rows.
+// Y[m, n] = sum_k X[m, k] · dequantized W[n, k] (+ bias[n]), for m < rows.
 // x: rows × w.cols values (x_storage), row-major, consecutive rows x_stride
 // elements apart; y: rows × w.rows values (y_storage), y_stride apart.
 // X is quantized as gemv_int8 quantizes it (per row and group of
 // w.group_size: scale max|x| / 127, xq = round-half-even(x / scale)), so each
 // group's dot product is an exact integer; the float accumulation over the
-// groups is the same on every x86 tier. `isa`: whose code runs (the avx512
+// groups is the same on every x86 tier. `bias` (w.rows floats, or null) is
+// added to each float sum before its one rounding to y_storage (a separate
+// bias add would round a bf16 Y twice and cost a pass over it). `isa`: whose code runs (the avx512
 // tier's VNNI kernel on CPUs with AVX512-VNNI; the AVX2 kernel (vpmaddubsw)
 // on the avx2 tier and on avx512 without VNNI; the portable one elsewhere —
 // correct everywhere, fast only on x86). Throws qvl::Error on a bad
 // layout, negative rows, strides shorter than a row, or a tier this CPU cannot run.
 void gemm_int8(const Int8Matrix& w, const void* x, Storage x_storage, int64_t x_stride, int64_t rows, void* y,
-               Storage y_storage, int64_t y_stride, Isa isa = active_isa());
+               Storage y_storage, int64_t y_stride, const float* bias = nullptr, Isa isa = active_isa());
 
 // Whether gemm_int8 on `isa` has a kernel of its own here (not the portable
 // one): where the int8 GEMM beats dequantizing to bf16 (docs/PERFORMANCE.md,

@@ -142,6 +142,14 @@ void tile(const Int8GemmJob& job, const uint8_t* panel, const float* scales, int
       }
     }
   }
+  if (job.bias) {
+    alignas(32) float bias[8 * Z] = {};
+    for (int64_t j = 0; j < 8 * Z && j < columns; ++j) bias[j] = job.bias[n0 + c0 + j];
+    for (int z = 0; z < Z; ++z) {
+      const __m256 b = _mm256_load_ps(&bias[8 * z]);
+      for (int r = 0; r < R; ++r) _mm256_store_ps(&total[r][8 * z], _mm256_add_ps(_mm256_load_ps(&total[r][8 * z]), b));
+    }
+  }
   Out* y = static_cast<Out*>(job.y);
   for (int r = 0; r < R; ++r) {
     Out* row = y + (m0 + r) * job.y_stride + n0 + c0;

@@ -140,6 +140,12 @@ void tile(const Int8GemmJob& job, const uint8_t* panel, const float* scales, int
         total[r][z] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][z]), _mm512_mul_ps(ws[z], xs), total[r][z]);
     }
   }
+  if (job.bias) {
+    for (int z = 0; z < Z; ++z) {
+      const __m512 b = _mm512_maskz_loadu_ps(simd::tail_mask(columns - 16 * z), job.bias + n0 + 16 * z);
+      for (int r = 0; r < R; ++r) total[r][z] = _mm512_add_ps(total[r][z], b);
+    }
+  }
   Out* y = static_cast<Out*>(job.y);
   for (int r = 0; r < R; ++r) {
     Out* row = y + (m0 + r) * job.y_stride + n0;

@@ -33,6 +33,7 @@ struct Int8GemmJob {
   void* y;
   Storage y_storage;
   int64_t y_stride;
+  const float* bias;       // w->rows values added to the sums before rounding, or null
 };
 
 // Quantizes rows [begin, end) of X (rows x_stride elements apart) into the

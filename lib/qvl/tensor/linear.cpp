@@ -121,14 +121,16 @@ std::optional<kernels::Storage> storage_of(const at::Tensor& t) {
 }
 
 // Long inputs against int8 weights where qvl has an int8 GEMM kernel for the
-// tier: x quantized per row and group on the fly, int8 × int8 → int32, out
+// tier: x quantized per row and group on the fly, int8 × int8 → int32, the
+// bias (if any) added in float32 before the one rounding to out's dtype, out
 // written in place when its rows are dense.
-void int8_gemm_into(at::Tensor& out, const at::Tensor& x, const Int8Matrix& w) {
+void int8_gemm_into(at::Tensor& out, const at::Tensor& x, const Int8Matrix& w, const at::Tensor& bias) {
   const at::Tensor input = storage_of(x) ? x.contiguous() : x.to(at::kFloat).contiguous();
   const bool direct = storage_of(out) && out.dim() == 2 && out.stride(1) == 1;
   at::Tensor y = direct ? out : at::empty({x.size(0), w.rows}, at::kFloat);
+  const at::Tensor bias_f32 = bias.defined() ? bias.to(at::kFloat).contiguous() : at::Tensor();
   kernels::gemm_int8(w, input.data_ptr(), *storage_of(input), input.size(1), input.size(0), y.data_ptr(),
-                     *storage_of(y), y.stride(0));
+                     *storage_of(y), y.stride(0), bias_f32.defined() ? bias_f32.data_ptr<float>() : nullptr);
   if (!direct) out.copy_(y);
 }
 
@@ -174,14 +176,14 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
 
 namespace {
 
-// The int8 × int8 GEMM for long inputs, where the tier has a fast one; int4
-// weights have none and go through dequantized rows.
-bool gemm_into_if_fast(at::Tensor& out, const at::Tensor& x, const Int8Matrix& w) {
+// The int8 × int8 GEMM for long inputs (bias included), where the tier has a
+// fast one; int4 weights have none and go through dequantized rows.
+bool gemm_into_if_fast(at::Tensor& out, const at::Tensor& x, const Int8Matrix& w, const at::Tensor& bias) {
   if (!kernels::gemm_int8_is_fast()) return false;
-  int8_gemm_into(out, x, w);
+  int8_gemm_into(out, x, w, bias);
   return true;
 }
-bool gemm_into_if_fast(at::Tensor&, const at::Tensor&, const Int4Matrix&) { return false; }
+bool gemm_into_if_fast(at::Tensor&, const at::Tensor&, const Int4Matrix&, const at::Tensor&) { return false; }
 
 // Short inputs through `gemv` (gemv_int8 or gemv_int4), long ones against
 // the dequantized weights, for either kind of quantized matrix.
@@ -190,8 +192,8 @@ void quantized_linear_into(at::Tensor& out, const at::Tensor& x, const Matrix& w
                            at::Tensor& scratch, Gemv gemv) {
   if (x.size(0) <= kInt8GemvMaxRows) {
     gemv_into(out, x, w.rows, [&](const float* xf, float* yf, int64_t rows) { gemv(w, xf, yf, rows); });
-  } else if (gemm_into_if_fast(out, x, w)) {
-    // done: the integer GEMM
+  } else if (gemm_into_if_fast(out, x, w, bias)) {
+    return;  // the integer GEMM, bias included
   } else if (x.scalar_type() != at::kFloat && !aten_bf16_matmul_is_fast()) {
     widened_linear(out, x, w.rows, bias, [&](int64_t first, at::Tensor& dense) { dequantize_rows_into(w, first, dense); });
     return;  // the bias is in already
