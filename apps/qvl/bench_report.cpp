@@ -59,9 +59,9 @@ nlohmann::json efficiency(const BenchRow& row, const nlohmann::json& machine) {
   if (prefill > 0 && tokens > 0 && prefill_ceiling > 0)
     out["prefill"] = prefill / tokens * median(values_of(row, "prefill_tok_s")) / prefill_ceiling;
   const double vision = number_or(first, "vision_flops", 0), vision_s = median(values_of(row, "vision_s"));
-  // int8 and int4 run the vision blocks' linears (~80 % of its FLOPs) through
-  // the int8 GEMM too; attention and the mergers stay bf16, so this ceiling is
-  // a little high for them.
+  // int8 and int4 run the vision blocks' linears and the mergers' first
+  // linears (~82 % of its FLOPs) through the int8 GEMM too; attention and the
+  // mergers' second linears stay bf16, so this ceiling is a little high for them.
   const double vision_ceiling =
       row.quant != "none" && machine.contains("int8_gop_s") ? machine["int8_gop_s"].get<double>() * 1e9 : gemm;
   if (vision > 0 && vision_s > 0 && vision_ceiling > 0) out["vision"] = vision / vision_s / vision_ceiling;

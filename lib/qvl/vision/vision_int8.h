@@ -1,5 +1,6 @@
 // int8 weights for the vision tower (`--quant int8` and `--quant int4`): the
-// four linears of each of the 24 blocks (the mergers stay bf16), quantized once per
+// four linears of each of the 24 blocks and the first linear of each patch
+// merger (their second, which makes the image embeddings, stays bf16), quantized once per
 // checkpoint (groups of 128, as the decoder's int8 weights) into their own
 // cache file, <cache>/vision-int8-<fingerprint>-v<format>-g<group>.bin, that
 // later runs mmap (decoder/int8_weights.h does the building and checking).
