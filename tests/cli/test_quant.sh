@@ -24,7 +24,7 @@ for case in g["model_cases"]:
 PY
 
 int8_cache() { ls "$QVL_CACHE_DIR"/decoder-int8-*.bin 2>/dev/null; }
-vision_cache() { ls "$QVL_CACHE_DIR"/vision-int8-*.bin 2>/dev/null; }
+vision_cache() { ls "$QVL_CACHE_DIR"/vision-mergers-int8-*.bin 2>/dev/null; }
 mtime() { stat -c %Y.%y "$1"; }
 
 first=1
@@ -73,7 +73,7 @@ VCACHE=$(vision_cache)
 head -c 1000 "$VCACHE" > "$TMP/vtruncated" && cat "$TMP/vtruncated" > "$VCACHE"
 "$QVL" ask --model "$MODEL" --messages "$TMP/system_image.json" --greedy -n 16 --quant int8 --json --prompt-cache "$TMP/prompts-vrebuilt" \
   > "$TMP/vrebuilt.out" 2> "$TMP/vrebuilt.err"
-check "a truncated vision cache is rebuilt with a note" "grep -q 'rebuilding the int8 weight cache .*vision-int8' '$TMP/vrebuilt.err'"
+check "a truncated vision cache is rebuilt with a note" "grep -q 'rebuilding the int8 weight cache .*vision-mergers-int8' '$TMP/vrebuilt.err'"
 check "the rebuilt vision cache answers as before" \
   "python3 -c 'import json,sys; a=json.load(open(\"$TMP/vrebuilt.out\")); b=json.load(open(\"$TMP/system_image.int8.out\")); sys.exit(0 if a[\"tokens\"]==b[\"tokens\"] else 1)'"
 check "the rebuilt vision cache is whole again" "[ \$(stat -c %s '$VCACHE') -gt 1000 ]"

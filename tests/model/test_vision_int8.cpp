@@ -86,7 +86,8 @@ bool mentions(const std::vector<std::string>& notes, const std::string& word) {
 }
 
 std::string vision_cache_path(const std::string& dir) {
-  return qvl::int8_cache_path(dir, fixtures().ckpt.fingerprint(), qvl::kDefaultInt8GroupSize, "vision");
+  return qvl::int8_cache_path(dir, fixtures().ckpt.fingerprint(), qvl::kDefaultInt8GroupSize,
+                              qvl::kVisionInt8FilePart);
 }
 
 }  // namespace
@@ -159,7 +160,7 @@ TEST_CASE("vision int8: the cache is built once, beside the decoder's, and rebui
   TempDir dir("qvl-vision-int8-test");
   const std::string path = vision_cache_path(dir.path);
   CHECK(path != qvl::int8_cache_path(dir.path, f.ckpt.fingerprint(), qvl::kDefaultInt8GroupSize));
-  CHECK(path.find("/vision-int8-") != std::string::npos);
+  CHECK(path.find("/vision-mergers-int8-") != std::string::npos);
 
   std::vector<std::string> notes;
   const at::Tensor px = f.pixels("small.png");

@@ -65,10 +65,11 @@ std::string int8_cache_path(const std::string& dir, const std::string& fingerpri
 
 std::unique_ptr<kernels::Int8Cache> load_int8_cache(const Checkpoint& ckpt, const std::vector<Int8Source>& sources,
                                                     const std::string& dir, int64_t group_size,
-                                                    const NoteCallback& on_note, const std::string& part) {
+                                                    const NoteCallback& on_note, const std::string& part,
+                                                    const std::string& file_part) {
   if (dir.empty()) throw Error("int8 weights need a cache folder, and none was given");
   const std::string fingerprint = ckpt.fingerprint();
-  const std::string path = int8_cache_path(dir, fingerprint, group_size, part);
+  const std::string path = int8_cache_path(dir, fingerprint, group_size, file_part.empty() ? part : file_part);
   const std::string tag = cache_tag(part, fingerprint, group_size);
 
   return open_or_build_quant_cache<kernels::Int8Cache>(

@@ -27,9 +27,13 @@ std::string int8_cache_path(const std::string& dir, const std::string& fingerpri
 // (re)built first, written atomically, when missing, unreadable (truncated,
 // corrupt header) or stale (another tag, other matrices or shapes); on_note
 // then hears what is happening and how long it took. part: whose matrices
-// these are ("decoder" or "vision"; names the file and its tag).
+// these are ("decoder" or "vision"; names the file and its tag, and the
+// notes); file_part, when not empty, names the file instead (a new set of
+// matrices for a part gets a file of its own, so binaries from before and
+// after the change that share a cache folder do not rebuild each other's).
 std::unique_ptr<kernels::Int8Cache> load_int8_cache(const Checkpoint& ckpt, const std::vector<Int8Source>& sources,
                                                     const std::string& dir, int64_t group_size,
-                                                    const NoteCallback& on_note, const std::string& part = "decoder");
+                                                    const NoteCallback& on_note, const std::string& part = "decoder",
+                                                    const std::string& file_part = "");
 
 }  // namespace qvl

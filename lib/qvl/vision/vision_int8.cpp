@@ -31,7 +31,7 @@ std::unique_ptr<kernels::Int8Cache> load_vision_int8_cache(const ModelConfig& cf
   std::vector<QuantSource> sources;
   for (const std::string& name : vision_int8_weight_names(cfg.vision))
     sources.push_back({name, &ckpt.get("model.visual." + name)});
-  return load_int8_cache(ckpt, sources, dir, kDefaultInt8GroupSize, on_note, "vision");
+  return load_int8_cache(ckpt, sources, dir, kDefaultInt8GroupSize, on_note, "vision", kVisionInt8FilePart);
 }
 
 }  // namespace qvl

@@ -2,7 +2,7 @@
 // four linears of each of the 24 blocks and the first linear of each patch
 // merger (their second, which makes the image embeddings, stays bf16), quantized once per
 // checkpoint (groups of 128, as the decoder's int8 weights) into their own
-// cache file, <cache>/vision-int8-<fingerprint>-v<format>-g<group>.bin, that
+// cache file, <cache>/vision-mergers-int8-<fingerprint>-v<format>-g<group>.bin, that
 // later runs mmap (decoder/int8_weights.h does the building and checking).
 // The blocks then run kernels/int8_gemm.h's int8 × int8 GEMM, and the bf16
 // copies of those weights are never loaded (docs/PERFORMANCE.md, "int8 vision").
@@ -22,6 +22,11 @@ class Checkpoint;
 
 // The module parameter names ("blocks.3.attn.qkv.weight", ...) of the weights that run int8.
 std::set<std::string> vision_int8_weight_names(const VisionConfig& cfg);
+
+// The cache file's part name (int8_weights.h): "vision-mergers", since the
+// mergers' fc1 joined the set, so that binaries from before keep their
+// "vision" file in a shared cache folder instead of rebuilding it in turn.
+inline constexpr const char* kVisionInt8FilePart = "vision-mergers";
 
 // The mapped cache of those weights, built first (atomically; a note through
 // on_note) when missing, damaged or made from other weights. Throws qvl::Error.
