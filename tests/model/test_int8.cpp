@@ -325,6 +325,15 @@ TEST_CASE("int8 dequantize_rows_into: float is q · scale from the fields, bf16 
     CHECK(at::equal(out, direct));
     CHECK(!scratch.defined());
     CHECK(at::allclose(out, at::mm(x, reference.t()), 0.02, 0.05));
+    // A bias (bf16, as the vision tower's) goes into the GEMM: its float32
+    // values added to the sums before their one rounding (gemm_int8's bias).
+    const at::Tensor bias = at::randn({70}, at::kFloat).to(at::kBFloat16);
+    at::Tensor biased = at::empty({long_input, 70}, at::kFloat);
+    tensor::linear_into(biased, x, tensor::LinearWeight(q.view()), bias, scratch);
+    CHECK(at::equal(biased, direct + bias.to(at::kFloat)));
+    // One value short: refused, not read past its end.
+    CHECK_THROWS_AS(tensor::linear_into(biased, x, tensor::LinearWeight(q.view()), bias.narrow(0, 0, 69), scratch),
+                    Error);
   } else {
     CHECK(at::allclose(out, at::mm(x, reference.t()), 1e-5, 1e-5));
   }

@@ -1,8 +1,11 @@
 #include "qvl/tensor/linear.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <optional>
 
+#include "qvl/error.h"
 #include "qvl/kernels/cpu.h"
 #include "qvl/kernels/gemv.h"
 #include "qvl/kernels/int8_gemm.h"
@@ -128,6 +131,9 @@ void int8_gemm_into(at::Tensor& out, const at::Tensor& x, const Int8Matrix& w, c
   const at::Tensor input = storage_of(x) ? x.contiguous() : x.to(at::kFloat).contiguous();
   const bool direct = storage_of(out) && out.dim() == 2 && out.stride(1) == 1;
   at::Tensor y = direct ? out : at::empty({x.size(0), w.rows}, at::kFloat);
+  // The kernel reads w.rows bias values: a shorter bias would be read past its end.
+  if (bias.defined() && bias.numel() != w.rows)
+    throw Error(fmt::format("linear: bias of {} values for {} outputs", bias.numel(), w.rows));
   const at::Tensor bias_f32 = bias.defined() ? bias.to(at::kFloat).contiguous() : at::Tensor();
   kernels::gemm_int8(w, input.data_ptr(), *storage_of(input), input.size(1), input.size(0), y.data_ptr(),
                      *storage_of(y), y.stride(0), bias_f32.defined() ? bias_f32.data_ptr<float>() : nullptr);
