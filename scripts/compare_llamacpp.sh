@@ -22,7 +22,8 @@
 # Knobs: QVL (build/apps/qvl), ROUNDS (3), N new tokens (64), THREADS (2),
 # QVL_LOAD (lazy), LLAMA_REPEAT (2: runs per llama.cpp process, the first one
 # cold like qvl's lazy run), LLAMA_ARGS (more bench.mjs flags, e.g.
-# "--flash-attention off"), OUT (results folder, default compare-llamacpp-<time>).
+# "--flash-attention off"), OUT (results folder, default compare-llamacpp-<time>),
+# QUANTS (which pairs, default "none int8 int4").
 set -euo pipefail
 # All of it in one function, read whole before it runs: editing this file
 # during a run (bash reads scripts as it goes) cannot derail the run.
@@ -62,7 +63,11 @@ bf16=$GGUF_DIR/$name-bf16.gguf; q8=$GGUF_DIR/$name-q8_0.gguf; q4=$GGUF_DIR/$name
 # --- the interleaved runs --------------------------------------------------
 cpu_field() { grep -m1 -E "^$1\s*:" /proc/cpuinfo | cut -d: -f2 | xargs; }
 echo "$(cpu_field 'model name') (family $(cpu_field 'cpu family'), model $(cpu_field model)), $(nproc) CPUs" > "$OUT/machine"
-pairs=("none:$bf16" "int8:$q8" "int4:$q4")
+pairs=()
+for q in ${QUANTS:-none int8 int4}; do
+  case $q in none) pairs+=("none:$bf16") ;; int8) pairs+=("int8:$q8") ;; int4) pairs+=("int4:$q4") ;;
+    *) echo "compare_llamacpp: QUANTS takes none, int8, int4, not $q" >&2; exit 1 ;; esac
+done
 # qvl builds its int8/int4 weight caches on first use; do that before timing.
 for pair in "${pairs[@]}"; do
   q=${pair%%:*}; [ "$q" = none ] && continue

@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
     return Bf16Matrix{reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>()), w.size(0), w.size(1)};
   };
   // Inputs and outputs for every width and batch (tiny next to the weights).
-  const std::vector<int64_t> batches = {1, kMaxBatch};
+  const std::vector<int64_t> batches = {1, 2, 4, kMaxBatch};
   // x_bf16: x in bf16 for at::linear; x_rounded: the same values as floats,
   // for the dpbf16 kernel, whose callers promise bf16 values.
   std::map<std::pair<int64_t, int64_t>, at::Tensor> x_float, x_bf16, x_rounded, y_float;  // by (batch, width)

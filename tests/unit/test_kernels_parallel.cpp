@@ -77,3 +77,69 @@ TEST_CASE("parallel_claim rethrows the first exception, on any thread count") {
     CHECK(calls.load() < 100);  // pieces stop being handed out after the throw
   }
 }
+
+TEST_CASE("share_row_ranges covers every row once, each thread first walking its own share in order") {
+  for (int threads : {1, 2, 3})
+    for (int64_t rows : {int64_t(1), int64_t(13), int64_t(1000), int64_t(4099)})
+      for (int64_t row_bytes : {int64_t(64), int64_t(4096), int64_t(1) << 20}) {
+        CAPTURE(threads);
+        CAPTURE(rows);
+        CAPTURE(row_bytes);
+        ThreadCount t(threads);
+        std::vector<std::atomic<int>> seen(static_cast<size_t>(rows));
+        std::atomic<bool> aligned{true};
+        // Per thread: where its previous piece ended, and how often a piece
+        // started before that (it moved on to another thread's share).
+        std::vector<int64_t> last_end(8, -1), jumps_back(8, 0);
+        share_row_ranges(rows, row_bytes, [&](int64_t begin, int64_t end) {
+          if (begin >= end || (begin % kRowAlignment != 0)) aligned = false;
+          for (int64_t i = begin; i < end; ++i) seen[size_t(i)]++;
+          const size_t me = size_t(omp_get_thread_num() % 8);
+          if (last_end[me] >= 0 && begin < last_end[me]) ++jumps_back[me];
+          last_end[me] = end;
+        });
+        bool once = true;
+        for (auto& s : seen) once &= s.load() == 1;
+        CHECK(once);
+        CHECK(aligned);
+        // Each share is walked in order: a thread goes back at most once per
+        // other share it helps with (pieces claimed at random would go back
+        // about every other piece).
+        for (int64_t j : jumps_back) CHECK(j <= threads - 1);
+      }
+}
+
+TEST_CASE("share_row_ranges: a thread left behind does not hold up its share") {
+  // Thread 0 stalls in its first piece; the other finishes its own share, then
+  // takes what is left of thread 0's. A fixed split would leave 0 half the rows.
+  ThreadCount t(2);
+  if (omp_get_max_threads() < 2) return;
+  const int64_t rows = 4096, row_bytes = kClaimBytes / 8;  // pieces of 8 rows
+  std::vector<int> owner(size_t(rows), -1);
+  share_row_ranges(rows, row_bytes, [&](int64_t begin, int64_t end) {
+    if (omp_get_thread_num() == 0 && begin == 0) {
+      const double until = omp_get_wtime() + 0.2;
+      while (omp_get_wtime() < until) {
+      }
+    }
+    for (int64_t i = begin; i < end; ++i) owner[size_t(i)] = omp_get_thread_num();
+  });
+  int64_t by_other = 0;
+  for (int o : owner) by_other += o == 1;
+  CHECK(by_other >= rows - 64);
+}
+
+TEST_CASE("share_row_ranges rethrows the first exception and stops handing out pieces") {
+  for (int threads : {1, 2}) {
+    ThreadCount t(threads);
+    std::atomic<int64_t> calls{0};
+    CHECK_THROWS_AS(share_row_ranges(4096, kClaimBytes / 8,
+                                     [&](int64_t begin, int64_t end) {
+                                       ++calls;
+                                       if (begin <= 3 && 3 < end) throw std::runtime_error("row 3");
+                                       std::this_thread::sleep_for(std::chrono::milliseconds(2));
+                                     }),
+                    std::runtime_error);
+    if (threads > 1) CHECK(calls.load() < 4096 / 8);  // 512 pieces
+  }
+}

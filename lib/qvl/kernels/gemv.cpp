@@ -130,7 +130,7 @@ void gemv_bf16(const Bf16Matrix& w, const float* x, float* y, int64_t batch, Isa
     job.x_split = x_split_buffer.data();
   }
   const Bf16RowsKernel rows_kernel = kernel_for(isa, dot_product);
-  for_row_ranges(w.rows, w.cols * 2, [&](int64_t begin, int64_t end) { rows_kernel(job, begin, end); });
+  share_row_ranges(w.rows, w.cols * 2, [&](int64_t begin, int64_t end) { rows_kernel(job, begin, end); });
 }
 
 }  // namespace qvl::kernels

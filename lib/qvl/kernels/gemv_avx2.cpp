@@ -18,13 +18,15 @@ namespace {
 constexpr int kHalfLanes = kLanes / 2;
 
 struct FmaKernel {
-  // Measured (AMD EPYC family 25 model 17, 2 threads; tests/model/bench_kernels.cpp): 4 rows at
-  // every batch. Each accumulator takes two dependent FMAs per chunk, so it
-  // needs 2·R·N >= 8 accumulators in flight to hide the FMA latency; from
-  // batch 2 on they no longer fit in 16 registers, yet spilling some (one L1
-  // load and store per two FMAs) beat fewer rows, and beat running each row
-  // twice, once per half of the lanes, by 10-60%.
-  static constexpr int rows_per_block(int) { return 4; }
+  // Measured (AMD EPYC family 25 model 17; tests/model/bench_kernels.cpp).
+  // Up to batch 2 one row at a time, as the avx512 kernels: one sequential
+  // stream per thread, which the hardware prefetcher follows from row to row,
+  // streamed ~1.5x faster on one core than 4 rows a page apart, although a
+  // row's dependent FMAs then hide less of their latency. From batch 3 on,
+  // 4 rows: spilling some accumulators (one L1 load and store per two FMAs)
+  // beat fewer rows, and beat running each row twice, once per half of the
+  // lanes, by 10-60%.
+  static constexpr int rows_per_block(int batch) { return batch <= 2 ? 1 : 4; }
 
   // Adds one 32-element chunk (chunk[r] points at row r's) to the
   // accumulators: per half, w_even · x_even then w_odd · x_odd, as the

@@ -32,11 +32,15 @@ inline void store_sums(const Bf16Job& job, int64_t row, __m512 (&acc)[R][N]) {
     }
 }
 
-// Rows per block, measured (tests/model/bench_kernels.cpp): more rows share
-// each x load and keep more streams in flight, until the R·N accumulators,
-// the weights and the x chunk no longer fit in 32 registers.
-// (Batch 1 measured the same with 8 rows as with 4.)
-constexpr int bf16_rows_per_block(int batch) { return batch <= 4 ? 4 : 3; }
+// Rows per block, measured (tests/model/bench_kernels.cpp, AMD EPYC family 25
+// model 17). Up to batch 2 one row at a time: the kernel waits on memory, and
+// rows read one after another are one sequential stream per thread, which the
+// hardware prefetcher follows across rows; blocks of 4 rows (4 streams a page
+// apart) streamed ~1.7x slower on one core. Beyond, more rows share each x
+// load, until the R·N accumulators, the weights and the x chunk no longer fit
+// in 32 registers. The summation order of a row does not depend on R, so a
+// vector's result is the same in any batch.
+constexpr int bf16_rows_per_block(int batch) { return batch <= 2 ? 1 : batch <= 4 ? 4 : 3; }
 
 }  // namespace
 }  // namespace qvl::kernels::detail

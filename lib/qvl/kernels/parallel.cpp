@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <memory>
 
 namespace qvl::kernels {
 namespace {
@@ -77,6 +78,40 @@ void for_row_ranges(int64_t rows, int64_t bytes_per_row, const std::function<voi
   run_pieces(
       rows, [&](int64_t threads) { return std::min(threads, max_pieces); },
       [&](int64_t pieces) { return divide_up(divide_up(rows, pieces), kRowAlignment) * kRowAlignment; }, fn);
+}
+
+void share_row_ranges(int64_t rows, int64_t bytes_per_row, const std::function<void(int64_t, int64_t)>& fn) {
+  const int64_t row_bytes = std::max<int64_t>(1, bytes_per_row);
+  const int64_t min_rows = std::max<int64_t>(1, kMinBytesPerThread / row_bytes);
+  const int64_t max_pieces = divide_up(rows, min_rows);
+  const int64_t threads = std::min<int64_t>(max_threads(), max_pieces);
+  if (threads <= 1) return fn(0, rows);
+  const int64_t share = divide_up(divide_up(rows, threads), kRowAlignment) * kRowAlignment;
+  const int64_t piece = std::max<int64_t>(1, divide_up(kClaimBytes / row_bytes, kRowAlignment)) * kRowAlignment;
+  // next[t]: the first row of thread t's share nobody has taken yet.
+  const std::unique_ptr<std::atomic<int64_t>[]> next(new std::atomic<int64_t>[size_t(threads)]);
+  for (int64_t t = 0; t < threads; ++t) next[size_t(t)] = std::min(rows, t * share);
+  const auto share_end = [&](int64_t t) { return std::min(rows, (t + 1) * share); };
+  std::exception_ptr error;
+#pragma omp parallel
+  {
+    // A team larger than `threads` (another caller's setting) only helps out.
+    const int64_t me = omp_get_thread_num();
+    for (int64_t i = 0; i < threads; ++i) {
+      const int64_t owner = (me + i) % threads, end = share_end(owner);
+      for (int64_t begin = next[size_t(owner)].fetch_add(piece); begin < end;
+           begin = next[size_t(owner)].fetch_add(piece)) {
+        try {
+          fn(begin, std::min(end, begin + piece));
+        } catch (...) {
+#pragma omp critical(qvl_kernels_run_pieces)
+          if (!error) error = std::current_exception();
+          for (int64_t t = 0; t < threads; ++t) next[size_t(t)].store(rows);
+        }
+      }
+    }
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace qvl::kernels

@@ -35,4 +35,15 @@ constexpr int64_t kMinBytesPerThread = int64_t(64) << 10;
 constexpr int64_t kRowAlignment = 8;
 void for_row_ranges(int64_t rows, int64_t bytes_per_row, const std::function<void(int64_t, int64_t)>& fn);
 
+// The GEMVs' split: the same share per thread as for_row_ranges, walked in
+// order in pieces of about kClaimBytes of weights, so on an idle machine each
+// thread still streams one contiguous range; a thread done with its share
+// then takes pieces of the others' that are not started yet. Beside other
+// busy processes, a thread that lost its core no longer holds up every GEMV
+// of a decode step. Rows are computed independently, so results do not
+// depend on who computed them. Rethrows fn's first exception (no piece is
+// started after it).
+constexpr int64_t kClaimBytes = int64_t(256) << 10;
+void share_row_ranges(int64_t rows, int64_t bytes_per_row, const std::function<void(int64_t, int64_t)>& fn);
+
 }  // namespace qvl::kernels

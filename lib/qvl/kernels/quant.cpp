@@ -200,7 +200,7 @@ void gemv_int8(const Int8Matrix& w, const float* x, float* y, int64_t batch, Isa
     job.x_biased = x_biased_buffer.data();
   }
   const Int8RowsKernel rows_kernel = kernel_for(isa);
-  for_row_ranges(w.rows, w.padded_cols, [&](int64_t begin, int64_t end) { rows_kernel(job, begin, end); });
+  share_row_ranges(w.rows, w.padded_cols, [&](int64_t begin, int64_t end) { rows_kernel(job, begin, end); });
 }
 
 }  // namespace qvl::kernels

@@ -340,7 +340,7 @@ void gemv_int4(const Int4Matrix& w, const float* x, float* y, int64_t batch, Isa
     job.x_sum_lanes = x_sum_lanes_buffer.data();
   }
   const Int4RowsKernel rows_kernel = kernel_for(isa);
-  for_row_ranges(w.rows, job.row_bytes, [&](int64_t begin, int64_t end) { rows_kernel(job, begin, end); });
+  share_row_ranges(w.rows, job.row_bytes, [&](int64_t begin, int64_t end) { rows_kernel(job, begin, end); });
 }
 
 }  // namespace qvl::kernels
