@@ -73,15 +73,19 @@ DecoderWeights::DecoderWeights(const Checkpoint& ckpt, const TextConfig& cfg, co
       int4_ = load_int4_cache(ckpt, sources, opts.quant_cache_dir, opts.on_note);
   }
 
-  // Filling page tables is CPU work, not disk work (~0.07 s per GB of small
-  // page-cache pages): every populating thread at the caller's priority.
-  const PrefetchOptions populate{std::max(opts.populate_threads, 1), 0};
   if (!lazy_) {
-    populate_all(populate);
+    // Filling page tables is CPU work, not disk work (~0.07 s per GB of small
+    // page-cache pages), and ready waits for it: every thread, full priority.
+    populate_all(PrefetchOptions{std::max(opts.populate_threads, 1), 0});
     load_globals();
     for (size_t i = 0; i < layers_.size(); ++i) load_layer(static_cast<int64_t>(i));
   } else if (opts.prefetch) {
-    prefetch_ = std::make_unique<PagePrefetcher>(forward_byte_order(), populate);
+    // One thread at nice +10: it fills the core the single-threaded work after
+    // ready leaves idle and yields to everything else. Two threads at full
+    // priority were tried for the warm prompt-cache question (docs/PERFORMANCE.md,
+    // "Start-up: populating the decoder's pages"): what the prefill gained, the
+    // image decoding and the prompt-cache load lost.
+    prefetch_ = std::make_unique<PagePrefetcher>(forward_byte_order(), PrefetchOptions{1, 10});
   }
 }
 

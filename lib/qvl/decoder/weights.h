@@ -41,7 +41,7 @@ struct LayerWeights {
 class DecoderWeights {
  public:
   // lazy: a layer's tensors are made (and its pages touched) when first asked
-  // for, the pages populated meanwhile in the background (opts.prefetch);
+  // for, the pages populated meanwhile by a background thread (opts.prefetch);
   // eager: everything now, the pages of in-place views populated first on
   // opts.populate_threads threads (a file truncated under the mapping is a
   // qvl::Error here, not a SIGBUS later).

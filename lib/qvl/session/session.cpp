@@ -61,10 +61,8 @@ Tokenizer load_tokenizer(const std::string& model_dir, const std::string& finger
 
 DecoderOptions decoder_options(const SessionOptions& o, const Checkpoint& ckpt, at::ScalarType dtype) {
   DecoderOptions d{dtype, o.lazy, o.max_context};
-  // As many page-populating threads as compute threads: filling page tables
-  // is CPU work, so eager's ready scales with them, and lazy's background
-  // populate finishes sooner beside the single-threaded work that follows
-  // ready (image decoding, the vision module load, a prompt-cache entry).
+  // Eager: as many page-populating threads as compute threads (filling page
+  // tables is CPU work, and ready waits for it).
   d.populate_threads = o.threads > 0 ? o.threads : usable_cores();
   d.quant = o.quant;
   if (d.quant != WeightQuant::None) {
