@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <fstream>
 #include <functional>
 #include <optional>
 #include <string>
@@ -22,6 +23,7 @@
 #include "test_support.h"
 
 #include "golden_prompts.h"
+#include "temp_dir.h"
 
 using namespace qvl;
 using namespace qvl::test;
@@ -368,6 +370,31 @@ TEST_CASE("decoder lazy prefetch: covers every text weight a forward pass reads,
   o.prefetch = true;
   o.lazy = false;
   CHECK(DecoderWeights(ckpt, cfg, o).prefetcher() == nullptr);
+}
+
+TEST_CASE("decoder eager: a weight file truncated under the mapping is a one-line error, not SIGBUS") {
+  // A copy of the tiny checkpoint, opened (mapped, headers checked), then cut
+  // short: eager loading populates every text weight's pages first and must
+  // report the hole instead of touching it.
+  qvl_test::TempDir dir("qvl-decoder-truncated");
+  for (const std::string& name : {"config.json", "model.safetensors.index.json", "model-00001-of-00002.safetensors",
+                                  "model-00002-of-00002.safetensors"}) {
+    std::ifstream in(tiny_model_dir() + "/" + name, std::ios::binary);
+    std::ofstream out(dir.path + "/" + name, std::ios::binary);
+    out << in.rdbuf();
+  }
+  Checkpoint ckpt(dir.path);
+  for (const char* shard : {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"})
+    REQUIRE(::truncate((dir.path + "/" + shard).c_str(), 4096) == 0);
+  DecoderOptions o;
+  o.dtype = at::kBFloat16;
+  o.lazy = false;
+  for (int threads : {1, 2}) {
+    o.populate_threads = threads;
+    const std::string err = error_of([&] { DecoderWeights w(ckpt, tiny_config(), o); });
+    CHECK(err.find("cannot read the decoder weights") != std::string::npos);
+    CHECK(err.find('\n') == std::string::npos);
+  }
 }
 
 TEST_CASE("decoder: exceeding max_context is an error that leaves the cache as it was") {

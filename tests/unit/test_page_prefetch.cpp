@@ -64,3 +64,37 @@ TEST_CASE("page prefetch: stop() ends the thread without reading everything") {
   CHECK(prefetch.bytes_done() < ranges * kFileBytes / 10);
   ::unlink(path.c_str());
 }
+
+TEST_CASE("page prefetch: two threads share the pieces, every byte once; a truncated file stops both with EFAULT") {
+  const std::string path = write_file("prefetch_two", kFileBytes);
+  MappedFile file(path);
+  {
+    // Ranges of odd sizes, so that pieces do not line up with the 4 MB cut.
+    const size_t a = kFileBytes / 3 + 1234;
+    PagePrefetcher prefetch({{file.data(), a}, {file.data() + a, kFileBytes - a}}, PrefetchOptions{2, 0});
+    CHECK(prefetch.threads() == 2);
+    prefetch.wait();
+    CHECK(prefetch.error() == 0);
+    CHECK(prefetch.bytes_done() == kFileBytes);
+  }
+  {
+    // More threads than pieces: only as many as there are pieces start.
+    PagePrefetcher prefetch({{file.data(), 4096}}, PrefetchOptions{4, 0});
+    CHECK(prefetch.threads() == 1);
+    prefetch.wait();
+    CHECK(prefetch.bytes_done() == 4096);
+  }
+  // The first piece lies past the new end; the 1000 after it (4 GB of one
+  // mapped piece, ~20 ms to walk) are readable. The thread that claims the
+  // first piece fails at once and must stop the other one, which would
+  // otherwise go on through the readable ones.
+  constexpr size_t kPiece = size_t(4) << 20;
+  REQUIRE(::truncate(path.c_str(), off_t(kPiece)) == 0);
+  std::vector<ByteRange> ranges{{file.data() + kPiece, kPiece}};
+  ranges.insert(ranges.end(), 1000, ByteRange{file.data(), kPiece});
+  PagePrefetcher prefetch(ranges, PrefetchOptions{2, 0});
+  prefetch.wait();
+  CHECK(prefetch.error() == EFAULT);
+  CHECK(prefetch.bytes_done() < 100 * kPiece);
+  ::unlink(path.c_str());
+}

@@ -28,6 +28,9 @@ struct DecoderOptions {
   // Lazy only: map the weights' pages in on a background thread, in the order
   // a forward pass reads them, while the caller does other work (io/page_prefetch.h).
   bool prefetch = true;
+  // Eager only: threads that map the weights' pages before the constructor
+  // returns. Session passes its thread count.
+  int populate_threads = 2;
 };
 
 }  // namespace qvl

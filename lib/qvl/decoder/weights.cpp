@@ -2,9 +2,8 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
+#include <algorithm>
+#include <cstring>
 #include <iterator>
 
 #include "qvl/decoder/int4_weights.h"
@@ -17,21 +16,6 @@ namespace qvl {
 namespace {
 
 bool is_float(DType t) { return t == DType::BF16 || t == DType::F16 || t == DType::F32; }
-
-// Asks the kernel to read the pages ahead, then faults each one in, so that
-// the first forward pass does not stall on disk.
-void prefault(const void* data, size_t nbytes) {
-  if (nbytes == 0) return;
-  const uint8_t* bytes = static_cast<const uint8_t*>(data);
-  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(bytes) & ~(page - 1);
-  const uintptr_t end = reinterpret_cast<uintptr_t>(bytes) + nbytes;
-  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_WILLNEED);  // advisory: failure is harmless
-  volatile uint8_t sink = 0;
-  for (uintptr_t p = reinterpret_cast<uintptr_t>(bytes); p < end; p += page) sink ^= *reinterpret_cast<const uint8_t*>(p);
-  sink ^= bytes[nbytes - 1];
-  (void)sink;
-}
 
 // The name of a layer's projection in the int8 and int4 caches.
 std::string int8_name(int64_t layer, const char* projection) { return fmt::format("layers.{}.{}", layer, projection); }
@@ -90,11 +74,32 @@ DecoderWeights::DecoderWeights(const Checkpoint& ckpt, const TextConfig& cfg, co
   }
 
   if (!lazy_) {
+    // Filling page tables is CPU work, not disk work (~0.07 s per GB of small
+    // page-cache pages), and ready waits for it: every thread, full priority.
+    populate_all(PrefetchOptions{std::max(opts.populate_threads, 1), 0});
     load_globals();
     for (size_t i = 0; i < layers_.size(); ++i) load_layer(static_cast<int64_t>(i));
   } else if (opts.prefetch) {
-    prefetch_ = std::make_unique<PagePrefetcher>(forward_byte_order());
+    // One thread at nice +10: it fills the core the single-threaded work after
+    // ready leaves idle and yields to everything else. Two threads at full
+    // priority were tried for the warm prompt-cache question (docs/PERFORMANCE.md,
+    // "Start-up: populating the decoder's pages"): what the prefill gained, the
+    // image decoding and the prompt-cache load lost.
+    prefetch_ = std::make_unique<PagePrefetcher>(forward_byte_order(), PrefetchOptions{1, 10});
   }
+}
+
+void DecoderWeights::populate_all(const PrefetchOptions& populate) {
+  std::vector<ByteRange> order = forward_byte_order();
+  // Eager also reads the whole embedding table now when it is not the lm_head (and not quantized).
+  if (!tied_ && !quantized() && embed_src_.view) order.push_back({embed_src_.view->data, embed_src_.view->nbytes});
+  PagePrefetcher all(std::move(order), populate);
+  all.wait();
+  // Touching such a page would have raised SIGBUS.
+  if (all.error() != 0)
+    throw Error(fmt::format("cannot read the decoder weights: {} (a weight file shrank or changed while it was "
+                            "being loaded)",
+                            std::strerror(all.error())));
 }
 
 std::vector<ByteRange> DecoderWeights::forward_byte_order() const {
@@ -153,37 +158,26 @@ DecoderWeights::Source DecoderWeights::require(const ExpectedTensor& tensor) {
   return s;
 }
 
-at::Tensor DecoderWeights::materialize(const Source& s, bool prefault_pages) const {
+at::Tensor DecoderWeights::materialize(const Source& s) const {
   if (!s.view) return at::Tensor();
   at::Tensor view = tensor_view(*s.view);
-  if (view.scalar_type() != dtype_) return view.to(dtype_);  // the copy reads every page anyway
-  if (prefault_pages) prefault(s.view->data, s.view->nbytes);
+  if (view.scalar_type() != dtype_) return view.to(dtype_);
   return view;
 }
 
 tensor::LinearWeight DecoderWeights::projection(const Source& s, const std::string& name) const {
   if (int4_) {
-    const kernels::Int4Matrix& m = int4_->get(name);
-    if (!lazy_) {
-      prefault(m.levels, m.level_bytes());
-      prefault(m.params, m.param_bytes());
-    }
-    return tensor::LinearWeight(m);
+    return tensor::LinearWeight(int4_->get(name));
   }
-  if (!int8_) return materialize(s, !lazy_);
-  const kernels::Int8Matrix& m = int8_->get(name);
-  if (!lazy_) {
-    prefault(m.weights, m.weight_bytes());
-    prefault(m.scales, m.scale_bytes());
-  }
-  return tensor::LinearWeight(m);
+  if (!int8_) return materialize(s);
+  return tensor::LinearWeight(int8_->get(name));
 }
 
 void DecoderWeights::load_globals() {
   if (globals_loaded_) return;
   // Quantized, the table serves only lookups, a few rows per token: no need to read it all.
-  embed_ = materialize(embed_src_, !lazy_ && !quantized());
-  norm_ = materialize(norm_src_, !lazy_);
+  embed_ = materialize(embed_src_);
+  norm_ = materialize(norm_src_);
   if (quantized())
     lm_head_ = projection(lm_head_src_, kInt8LmHead);
   else
@@ -194,19 +188,18 @@ void DecoderWeights::load_globals() {
 void DecoderWeights::load_layer(int64_t i) {
   const LayerSources& s = layer_srcs_[i];
   LayerWeights& w = layers_[i];
-  const bool touch = !lazy_;
-  w.input_norm = materialize(s.input_norm, touch);
-  w.post_attention_norm = materialize(s.post_attention_norm, touch);
+  w.input_norm = materialize(s.input_norm);
+  w.post_attention_norm = materialize(s.post_attention_norm);
   w.q_proj = projection(s.q_proj, int8_name(i, "q_proj"));
   w.k_proj = projection(s.k_proj, int8_name(i, "k_proj"));
   w.v_proj = projection(s.v_proj, int8_name(i, "v_proj"));
   w.o_proj = projection(s.o_proj, int8_name(i, "o_proj"));
-  w.q_bias = materialize(s.q_bias, touch);
-  w.k_bias = materialize(s.k_bias, touch);
-  w.v_bias = materialize(s.v_bias, touch);
-  w.o_bias = materialize(s.o_bias, touch);
-  w.q_norm = materialize(s.q_norm, touch);
-  w.k_norm = materialize(s.k_norm, touch);
+  w.q_bias = materialize(s.q_bias);
+  w.k_bias = materialize(s.k_bias);
+  w.v_bias = materialize(s.v_bias);
+  w.o_bias = materialize(s.o_bias);
+  w.q_norm = materialize(s.q_norm);
+  w.k_norm = materialize(s.k_norm);
   w.gate_proj = projection(s.gate_proj, int8_name(i, "gate_proj"));
   w.up_proj = projection(s.up_proj, int8_name(i, "up_proj"));
   w.down_proj = projection(s.down_proj, int8_name(i, "down_proj"));

@@ -41,7 +41,10 @@ struct LayerWeights {
 class DecoderWeights {
  public:
   // lazy: a layer's tensors are made (and its pages touched) when first asked
-  // for; eager: everything now, with in-place views pre-faulted.
+  // for, the pages populated meanwhile by a background thread (opts.prefetch);
+  // eager: everything now, the pages of in-place views populated first on
+  // opts.populate_threads threads (a file truncated under the mapping is a
+  // qvl::Error here, not a SIGBUS later).
   // Uses opts.dtype, lazy and the quantization fields.
   DecoderWeights(const Checkpoint& ckpt, const TextConfig& cfg, const DecoderOptions& opts);
 
@@ -66,12 +69,14 @@ class DecoderWeights {
 
   // Looks the tensor up, with its shape and dtype checked (one-line errors).
   Source require(const ExpectedTensor& tensor);
-  at::Tensor materialize(const Source& s, bool prefault_pages) const;
+  at::Tensor materialize(const Source& s) const;
   // The quantized matrix `name` (int8 or int4 mode), else the checkpoint's.
   tensor::LinearWeight projection(const Source& s, const std::string& name) const;
   bool quantized() const { return int8_ || int4_; }
   void load_layer(int64_t i);
   void load_globals();
+  // Eager: maps every page a forward pass reads (and the embedding table), or throws.
+  void populate_all(const PrefetchOptions& populate);
   // The bytes a forward pass reads, in the order it reads them.
   std::vector<ByteRange> forward_byte_order() const;
 
