@@ -162,11 +162,22 @@ TEST_CASE("vision int8: the cache is built once, beside the decoder's, and rebui
   CHECK(path != qvl::int8_cache_path(dir.path, f.ckpt.fingerprint(), qvl::kDefaultInt8GroupSize));
   CHECK(path.find("/vision-mergers-int8-") != std::string::npos);
 
+  // The previous format's file of this checkpoint is removed (nothing reads
+  // it any more); the same name for another checkpoint is not ours to touch.
+  const std::string previous = qvl::int8_cache_path(dir.path, f.ckpt.fingerprint(), qvl::kDefaultInt8GroupSize, "vision");
+  const std::string other = qvl::int8_cache_path(dir.path, "0123456789abcdef", qvl::kDefaultInt8GroupSize, "vision");
+  std::ofstream(previous) << "an old cache";
+  std::ofstream(other) << "another model's cache";
+
   std::vector<std::string> notes;
   const at::Tensor px = f.pixels("small.png");
   const ImageGrid g = f.grid("one_image");
   const at::Tensor first = f.encoder(dir.path, WeightQuant::Int8, &notes)->encode(px, {g}).embeds;
   CHECK(mentions(notes, "quantizing the vision weights to int8"));
+  CHECK(mentions(notes, "removed an older vision int8 cache"));
+  CHECK(::access(previous.c_str(), F_OK) != 0);
+  CHECK(::access(other.c_str(), F_OK) == 0);
+  std::remove(other.c_str());
   struct stat st {};
   REQUIRE(::stat(path.c_str(), &st) == 0);
   const off_t size = st.st_size;
