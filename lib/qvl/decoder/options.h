@@ -29,8 +29,8 @@ struct DecoderOptions {
   // a forward pass reads them, while the caller does other work (io/page_prefetch.h).
   bool prefetch = true;
   // Eager only: threads that map the weights' pages before the constructor
-  // returns. Session passes its thread count.
-  int populate_threads = 2;
+  // returns; 0: as many as the compute threads (kernels::max_threads()).
+  int populate_threads = 0;
 };
 
 }  // namespace qvl

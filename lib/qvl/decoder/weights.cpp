@@ -7,6 +7,7 @@
 #include <iterator>
 
 #include "qvl/decoder/int4_weights.h"
+#include "qvl/kernels/parallel.h"
 #include "qvl/decoder/int8_weights.h"
 #include "qvl/decoder/torch_view.h"
 #include "qvl/error.h"
@@ -76,7 +77,8 @@ DecoderWeights::DecoderWeights(const Checkpoint& ckpt, const TextConfig& cfg, co
   if (!lazy_) {
     // Filling page tables is CPU work, not disk work (~0.07 s per GB of small
     // page-cache pages), and ready waits for it: every thread, full priority.
-    populate_all(PrefetchOptions{std::max(opts.populate_threads, 1), 0});
+    const int threads = opts.populate_threads > 0 ? opts.populate_threads : kernels::max_threads();
+    populate_all(PrefetchOptions{threads, 0});
     load_globals();
     for (size_t i = 0; i < layers_.size(); ++i) load_layer(static_cast<int64_t>(i));
   } else if (opts.prefetch) {

@@ -71,22 +71,33 @@ void parallel_claim(int64_t n, int64_t chunk, const std::function<void(int64_t, 
   if (error) std::rethrow_exception(error);
 }
 
+namespace {
+
+// How both row splitters below cut a matrix: at most this many shares (each
+// at least kMinBytesPerThread of weights), ...
+int64_t max_row_shares(int64_t rows, int64_t row_bytes) {
+  return divide_up(rows, std::max<int64_t>(1, kMinBytesPerThread / row_bytes));
+}
+// ... each this many rows long (a multiple of kRowAlignment, but the last).
+int64_t row_share(int64_t rows, int64_t shares) {
+  return divide_up(divide_up(rows, shares), kRowAlignment) * kRowAlignment;
+}
+
+}  // namespace
+
 void for_row_ranges(int64_t rows, int64_t bytes_per_row, const std::function<void(int64_t, int64_t)>& fn) {
-  const int64_t min_rows = std::max<int64_t>(1, kMinBytesPerThread / std::max<int64_t>(1, bytes_per_row));
-  const int64_t max_pieces = divide_up(rows, min_rows);
-  if (max_pieces <= 1 || max_threads() <= 1) return fn(0, rows);
+  const int64_t max_shares = max_row_shares(rows, std::max<int64_t>(1, bytes_per_row));
+  if (max_shares <= 1 || max_threads() <= 1) return fn(0, rows);
   run_pieces(
-      rows, [&](int64_t threads) { return std::min(threads, max_pieces); },
-      [&](int64_t pieces) { return divide_up(divide_up(rows, pieces), kRowAlignment) * kRowAlignment; }, fn);
+      rows, [&](int64_t threads) { return std::min(threads, max_shares); },
+      [&](int64_t shares) { return row_share(rows, shares); }, fn);
 }
 
 void share_row_ranges(int64_t rows, int64_t bytes_per_row, const std::function<void(int64_t, int64_t)>& fn) {
   const int64_t row_bytes = std::max<int64_t>(1, bytes_per_row);
-  const int64_t min_rows = std::max<int64_t>(1, kMinBytesPerThread / row_bytes);
-  const int64_t max_pieces = divide_up(rows, min_rows);
-  const int64_t threads = std::min<int64_t>(max_threads(), max_pieces);
+  const int64_t threads = std::min<int64_t>(max_threads(), max_row_shares(rows, row_bytes));
   if (threads <= 1) return fn(0, rows);
-  const int64_t share = divide_up(divide_up(rows, threads), kRowAlignment) * kRowAlignment;
+  const int64_t share = row_share(rows, threads);
   const int64_t piece = std::max<int64_t>(1, divide_up(kClaimBytes / row_bytes, kRowAlignment)) * kRowAlignment;
   // next[t]: the first row of thread t's share nobody has taken yet.
   const std::unique_ptr<std::atomic<int64_t>[]> next(new std::atomic<int64_t>[size_t(threads)]);

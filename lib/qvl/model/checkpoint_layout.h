@@ -3,6 +3,7 @@
 // matches its config before any weight is used.
 #pragma once
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,12 @@ std::vector<ExpectedTensor> expected_tensors(const ModelConfig& cfg);
 // or a non-float dtype (BF16/F16/F32 are accepted), or is not part of the model.
 // A tied model may still carry lm_head.weight; it is ignored then.
 void validate_checkpoint(const Checkpoint& ckpt, const ModelConfig& cfg);
+
+// The vision tower's weights that `--quant int8`/`int4` sessions run in int8
+// (vision/vision_int8.h), as module parameter names ("blocks.3.attn.qkv.weight",
+// "merger.linear_fc1.weight", ...; the checkpoint's names without
+// "model.visual."): the one list the encoder and the memory budget share.
+std::set<std::string> vision_int8_weight_names(const VisionConfig& cfg);
 
 // "[96,32]": how shapes are spelled in error messages.
 std::string shape_string(const std::vector<int64_t>& shape);

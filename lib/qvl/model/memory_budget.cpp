@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -82,16 +83,15 @@ int64_t text_weight_bytes(const ModelConfig& cfg, int64_t dtype_size, WeightQuan
 }
 
 int64_t vision_weight_bytes(const ModelConfig& cfg, int64_t dtype_size, WeightQuant quant) {
+  // Quantized sessions run these in int8 (vision/vision_int8.h); everything
+  // else is held in the compute dtype, as the module holds it all.
+  const std::set<std::string> int8_names = vision_int8_weight_names(cfg.vision);
+  const std::string prefix = "model.visual.";
   int64_t bytes = 0;
   for (const ExpectedTensor& e : expected_tensors(cfg)) {
-    if (!starts_with(e.name, "model.visual.")) continue;
-    // Quantized sessions run the blocks' linears (their 2-D weights) and the
-    // mergers' first linears in int8 (vision/vision_int8.h); everything else
-    // is held in the compute dtype, as the module holds it all.
-    const bool linear = (e.shape.size() == 2 && starts_with(e.name, "model.visual.blocks.")) ||
-                        ends_with(e.name, "linear_fc1.weight");
-    bytes += quant != WeightQuant::None && linear ? int8_matrix_bytes(e.shape[0], e.shape[1])
-                                                  : element_count(e.shape) * dtype_size;
+    if (!starts_with(e.name, prefix)) continue;
+    const bool int8 = quant != WeightQuant::None && int8_names.count(e.name.substr(prefix.size())) > 0;
+    bytes += int8 ? int8_matrix_bytes(e.shape[0], e.shape[1]) : element_count(e.shape) * dtype_size;
   }
   return bytes;
 }

@@ -25,7 +25,6 @@
 #include "qvl/model/mrope_positions.h"
 #include "qvl/session/feature_cache.h"
 #include "qvl/session/session_internal.h"
-#include "qvl/session/threads.h"
 #include "qvl/text/tokenizer.h"
 #include "qvl/vision/module_cache.h"
 #include "qvl/vision/vision_encoder.h"
@@ -61,9 +60,6 @@ Tokenizer load_tokenizer(const std::string& model_dir, const std::string& finger
 
 DecoderOptions decoder_options(const SessionOptions& o, const Checkpoint& ckpt, at::ScalarType dtype) {
   DecoderOptions d{dtype, o.lazy, o.max_context};
-  // Eager: as many page-populating threads as compute threads (filling page
-  // tables is CPU work, and ready waits for it).
-  d.populate_threads = o.threads > 0 ? o.threads : usable_cores();
   d.quant = o.quant;
   if (d.quant != WeightQuant::None) {
     // Beside the vision module: one folder per model holds everything derived from it.

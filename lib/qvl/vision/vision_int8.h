@@ -9,19 +9,16 @@
 #pragma once
 #include <cstdint>
 #include <memory>
-#include <set>
 #include <string>
 
 #include "qvl/decoder/options.h"  // NoteCallback
 #include "qvl/kernels/int8_cache.h"
+#include "qvl/model/checkpoint_layout.h"  // vision_int8_weight_names
 #include "qvl/model/config.h"
 
 namespace qvl {
 
 class Checkpoint;
-
-// The module parameter names ("blocks.3.attn.qkv.weight", ...) of the weights that run int8.
-std::set<std::string> vision_int8_weight_names(const VisionConfig& cfg);
 
 // The cache file's part name (int8_weights.h): "vision-mergers", since the
 // mergers' fc1 joined the set, so that binaries from before keep their
