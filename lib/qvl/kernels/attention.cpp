@@ -6,6 +6,7 @@
 #include <fmt/core.h>
 
 #include <cstring>
+#include <vector>
 
 #include "qvl/error.h"
 #include "qvl/kernels/attention_detail.h"
@@ -45,9 +46,105 @@ struct PortableOps {
     for (int i = 0; i < kWidth; ++i) r[i] = simd_portable::exp_poly(a[i]);
     return r;
   }
+  static void score_int8(const Int8Operands& op, int64_t first, int64_t keys, float* s) {
+    score_int8_portable(op, first, keys, kWidth * kQueryVectors, s);
+  }
 };
 
+// The int8 operands' storage, per thread, reused from job to job.
+struct Int8Rows {
+  std::vector<int8_t> values;
+  std::vector<float> scales;
+  std::vector<int32_t> sums;
+  int64_t padded_dim = 0;
+  Int8RowsView view() const { return {values.data(), scales.data(), sums.data(), padded_dim}; }
+};
+struct Int8Scratch {
+  Int8Rows keys, queries;
+  std::vector<int8_t> tile_values;
+  std::vector<float> tile_scales;
+};
+
+// rows × head_dim values quantized per row (attention.h): scale = max|x| /
+// 127, value = round-half-even(x / scale) in -127..127 (int8_gemm.cpp's
+// rounding: adding 1.5 · 2^23 leaves no fraction bits), 0 for a row of zeros.
+// Written so the compiler vectorizes it for the baseline ISA.
+template <class T>
+void quantize_rows(const T* x, int64_t rows, int64_t head_dim, Int8Rows& out) {
+  constexpr float kShifter = 12582912.0f;  // 1.5 · 2^23
+  out.padded_dim = (head_dim + 3) / 4 * 4;
+  out.values.assign(size_t(rows * out.padded_dim), 0);
+  out.scales.resize(size_t(rows));
+  out.sums.resize(size_t(rows));
+  std::vector<float> row(static_cast<size_t>(head_dim));
+  for (int64_t r = 0; r < rows; ++r) {
+    float max_abs = 0.0f;
+    for (int64_t d = 0; d < head_dim; ++d) {
+      row[size_t(d)] = simd_portable::load(x, r * head_dim + d);
+      max_abs = simd_portable::max_of(std::fabs(row[size_t(d)]), max_abs);
+    }
+    const float scale = max_abs / 127.0f;
+    out.scales[size_t(r)] = scale;
+    int32_t sum = 0;
+    if (scale != 0.0f) {
+      int8_t* values = out.values.data() + r * out.padded_dim;
+      for (int64_t d = 0; d < head_dim; ++d) {
+        // max_of/min_of, not std::clamp: a NaN becomes -127, not an
+        // undefined conversion (its row is lost either way).
+        const float level = (row[size_t(d)] / scale + kShifter) - kShifter;
+        values[d] = int8_t(simd_portable::min_of(simd_portable::max_of(level, -127.0f), 127.0f));
+        sum += values[d];
+      }
+    }
+    out.sums[size_t(r)] = sum;
+  }
+}
+
+template <class T>
+Int8Operands prepare(const Job& job, int tile, Int8Scratch& b) {
+  const T* q = static_cast<const T*>(job.q);
+  quantize_rows(static_cast<const T*>(job.k), job.length, job.head_dim, b.keys);
+  quantize_rows(q + job.query_begin * job.head_dim, job.queries, job.head_dim, b.queries);
+  b.tile_values.resize(size_t(b.keys.padded_dim * tile));
+  b.tile_scales.resize(size_t(tile));
+  return {b.keys.view(), b.queries.view(), {b.tile_values.data(), b.tile_scales.data()}};
+}
+
 }  // namespace
+
+Int8Operands prepare_int8_scores(const Job& job, int tile) {
+  thread_local Int8Scratch buffers;
+  return job.storage == Storage::F32 ? prepare<float>(job, tile, buffers) : prepare<uint16_t>(job, tile, buffers);
+}
+
+void pack_query_tile_int8(const Int8Operands& op, int64_t first, int64_t count, int tile) {
+  const int64_t padded_dim = op.queries.padded_dim;
+  std::memset(op.tile.values, 0, size_t(padded_dim * tile));
+  std::fill(op.tile.scales, op.tile.scales + tile, 0.0f);
+  for (int64_t i = 0; i < count; ++i) {
+    const int8_t* row = op.queries.values + (first + i) * padded_dim;
+    for (int64_t step = 0; step < padded_dim / 4; ++step)
+      std::memcpy(op.tile.values + (step * tile + i) * 4, row + 4 * step, 4);
+    op.tile.scales[i] = op.queries.scales[first + i];
+  }
+}
+
+void score_int8_portable(const Int8Operands& op, int64_t first, int64_t keys, int tile, float* s) {
+  const int64_t steps = op.keys.padded_dim / 4;
+  std::vector<int32_t> dot(static_cast<size_t>(tile));
+  for (int64_t j = 0; j < keys; ++j) {
+    const int8_t* k = op.keys.values + (first + j) * op.keys.padded_dim;
+    std::fill(dot.begin(), dot.end(), 0);
+    for (int64_t step = 0; step < steps; ++step)
+      for (int lane = 0; lane < tile; ++lane)
+        for (int b = 0; b < 4; ++b)
+          dot[size_t(lane)] += int32_t(op.tile.values[(step * tile + lane) * 4 + b]) * k[4 * step + b];
+    const float key_scale = op.keys.scales[first + j];
+    for (int lane = 0; lane < tile; ++lane)
+      s[j * tile + lane] = float(dot[size_t(lane)]) * (op.tile.scales[lane] * key_scale);
+  }
+}
+
 
 void attend_portable(Storage s, const Job& job) {
   s == Storage::F32 ? attend_f32<PortableOps, float>(job) : attend_f32<PortableOps, uint16_t>(job);
@@ -66,7 +163,9 @@ Job make_job(Storage s, const AttentionTensors& t, const AttentionBlock& b, floa
              b.length,
              b.query_begin,
              b.queries,
-             scale};
+             scale,
+             s,
+             t.scores == AttentionScores::Int8};
 }
 
 }  // namespace attention_detail
@@ -82,7 +181,9 @@ void attend_block(Storage s, const AttentionTensors& t, const AttentionBlock& b,
   const attention_detail::Job job = attention_detail::make_job(s, t, b, scale);
 #if QVL_X86
   if (isa == Isa::Avx512) {
-    if (s == Storage::BF16 && cpu_features().avx512_bf16 && t.head_dim % 2 == 0)
+    if (job.int8_scores && !cpu_features().avx512_vnni) return attention_detail::attend_avx2(s, job);
+    // (The bf16 kernel pairs dims only for float scores.)
+    if (s == Storage::BF16 && cpu_features().avx512_bf16 && (job.int8_scores || t.head_dim % 2 == 0))
       return attention_detail::attend_avx512_bf16(s, job);
     return attention_detail::attend_avx512(s, job);
   }
