@@ -162,8 +162,9 @@ const std::vector<int64_t> kLengths = {1, 37, 64, 129, 250};
 double bound(Storage s) { return s == Storage::F32 ? 1e-5 : 1.2e-2; }
 
 // Rows of `dim` values quantized for int8 scores as attention.h defines it,
-// written out here: scale = max|x| / 127 in float, value = x / scale rounded
-// to the nearest integer (ties to even), 0 for a row of zeros.
+// written out here: scale = max|x| / 127 in float, value = x · (127 /
+// max|x|) rounded to the nearest integer (ties to even), 0 for a row of
+// zeros, -127 for a NaN (which max|x| skips).
 struct QuantizedRows {
   std::vector<int8_t> values;  // row-major, `dim` per row
   std::vector<float> scales;
@@ -174,12 +175,12 @@ QuantizedRows quantize_rows(const std::vector<float>& x, int64_t dim) {
   out.values.resize(x.size());
   for (size_t r = 0; r < rows; ++r) {
     float max_abs = 0;
-    for (int64_t d = 0; d < dim; ++d) max_abs = std::max(max_abs, std::fabs(x[r * size_t(dim) + size_t(d)]));
-    const float scale = max_abs / 127.0f;
-    out.scales.push_back(scale);
+    for (int64_t d = 0; d < dim; ++d) max_abs = std::max(max_abs, std::fabs(x[r * size_t(dim) + size_t(d)]));  // skips NaN
+    out.scales.push_back(max_abs / 127.0f);
     for (int64_t d = 0; d < dim; ++d) {
       const size_t i = r * size_t(dim) + size_t(d);
-      out.values[i] = scale == 0 ? 0 : int8_t(std::clamp(std::nearbyint(x[i] / scale), -127.0f, 127.0f));
+      const float level = std::nearbyint(x[i] * (127.0f / max_abs));
+      out.values[i] = max_abs == 0 ? 0 : std::isnan(level) ? -127 : int8_t(std::clamp(level, -127.0f, 127.0f));
     }
   }
   return out;
@@ -300,27 +301,50 @@ TEST_CASE("attention kernel: int8 scores are the exact integer dot products time
       q[size_t(2 * head_dim + d)] = d % 2 ? -1.0f : 1.0f;
       q[size_t(3 * head_dim + d)] = 0.0f;
     }
+    // A NaN (the row keeps its other values; the NaN becomes -127).
+    k[size_t(7 * head_dim + head_dim - 1)] = NAN;
     std::vector<float> out(size_t(tokens * head_dim));
     const AttentionTensors t{q.data(), k.data(), k.data(), out.data(), tokens, 1, head_dim, AttentionScores::Int8};
     const attention_detail::Job job =
         attention_detail::make_job(Storage::F32, t, AttentionBlock{0, 0, tokens, 0, queries}, 1.0f);
     const QuantizedRows qq = quantize_rows(q, head_dim), kq = quantize_rows(k, head_dim);
 
-    // The kernels quantize as written out above.
-    const attention_detail::Int8Operands op = attention_detail::prepare_int8_scores(job, queries);
-    const int64_t padded = op.keys.padded_dim;
-    CHECK(padded == (head_dim + 3) / 4 * 4);
-    bool same_keys = true;
-    for (int64_t j = 0; j < tokens; ++j) {
-      int32_t sum = 0;
-      for (int64_t d = 0; d < padded; ++d) {
-        const int8_t want = d < head_dim ? kq.values[size_t(j * head_dim + d)] : 0;
-        same_keys = same_keys && op.keys.values[j * padded + d] == want;
-        sum += want;
+    // Every tier's quantization is the one written out above.
+    std::vector<std::pair<std::string, attention_detail::QuantizeRows>> quantizers = {
+        {"portable", attention_detail::quantize_rows_portable}};
+#if QVL_X86
+    if (isa_supported(Isa::Avx2)) quantizers.push_back({"avx2", attention_detail::quantize_rows_avx2});
+    if (isa_supported(Isa::Avx512) && cpu_features().avx512_vnni)
+      quantizers.push_back({"avx512", attention_detail::quantize_rows_avx512});
+#endif
+    // (bf16 storage too: the same values rounded to bf16.)
+    std::vector<uint16_t> q16 = test::to_bf16(q), k16 = test::to_bf16(k);
+    std::vector<float> k_rounded(k.size());
+    for (size_t i = 0; i < k.size(); ++i) k_rounded[i] = bf16_to_float(k16[i]);
+    const AttentionTensors t16{q16.data(), k16.data(), k16.data(), out.data(), tokens, 1, head_dim, AttentionScores::Int8};
+    const QuantizedRows kq16 = quantize_rows(k_rounded, head_dim);
+    for (const auto& [name, quantize] : quantizers)
+      for (Storage storage : {Storage::F32, Storage::BF16}) {
+        CAPTURE(name);
+        CAPTURE(int(storage));
+        const QuantizedRows& want_keys = storage == Storage::F32 ? kq : kq16;
+        const attention_detail::Int8Operands op = attention_detail::prepare_int8_scores(
+            attention_detail::make_job(storage, storage == Storage::F32 ? t : t16, AttentionBlock{0, 0, tokens, 0, queries}, 1.0f),
+            queries, quantize);
+        const int64_t padded = op.keys.padded_dim;
+        CHECK(padded == (head_dim + 3) / 4 * 4);
+        bool same_keys = true;
+        for (int64_t j = 0; j < tokens; ++j) {
+          int32_t sum = 0;
+          for (int64_t d = 0; d < padded; ++d) {
+            const int8_t want = d < head_dim ? want_keys.values[size_t(j * head_dim + d)] : 0;
+            same_keys = same_keys && op.keys.values[j * padded + d] == want;
+            sum += want;
+          }
+          same_keys = same_keys && op.keys.scales[j] == want_keys.scales[size_t(j)] && op.keys.sums[j] == sum;
+        }
+        CHECK(same_keys);
       }
-      same_keys = same_keys && op.keys.scales[j] == kq.scales[size_t(j)] && op.keys.sums[j] == sum;
-    }
-    CHECK(same_keys);
 
     // score[j][i] = float(Σ q_i·k_j) · (q_scale_i · k_scale_j), of keys 3.. (a
     // first key other than 0, and a count that leaves every kernel a tail).
@@ -358,7 +382,8 @@ TEST_CASE("attention kernel: int8 scores are the exact integer dot products time
     for (const Scorer& scorer : scorers) {
       CAPTURE(scorer.name);
       CAPTURE(scorer.tile);
-      const attention_detail::Int8Operands tiled = attention_detail::prepare_int8_scores(job, scorer.tile);
+      const attention_detail::Int8Operands tiled =
+          attention_detail::prepare_int8_scores(job, scorer.tile, attention_detail::quantize_rows_portable);
       std::vector<float> got(want.size(), NAN), s(size_t(keys * scorer.tile));
       for (int64_t i0 = 0; i0 < queries; i0 += scorer.tile) {
         attention_detail::pack_query_tile_int8(tiled, i0, std::min<int64_t>(scorer.tile, queries - i0), scorer.tile);

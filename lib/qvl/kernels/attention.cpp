@@ -49,6 +49,7 @@ struct PortableOps {
   static void score_int8(const Int8Operands& op, int64_t first, int64_t keys, float* s) {
     score_int8_portable(op, first, keys, kWidth * kQueryVectors, s);
   }
+  static constexpr QuantizeRows quantize = quantize_rows_portable;
 };
 
 // The int8 operands' storage, per thread, reused from job to job.
@@ -57,6 +58,13 @@ struct Int8Rows {
   std::vector<float> scales;
   std::vector<int32_t> sums;
   int64_t padded_dim = 0;
+  void quantize(QuantizeRows quantize, Storage s, const void* x, int64_t rows, int64_t head_dim) {
+    padded_dim = (head_dim + 3) / 4 * 4;
+    values.resize(size_t(rows * padded_dim));
+    scales.resize(size_t(rows));
+    sums.resize(size_t(rows));
+    quantize(s, x, rows, head_dim, padded_dim, values.data(), scales.data(), sums.data());
+  }
   Int8RowsView view() const { return {values.data(), scales.data(), sums.data(), padded_dim}; }
 };
 struct Int8Scratch {
@@ -65,56 +73,55 @@ struct Int8Scratch {
   std::vector<float> tile_scales;
 };
 
-// rows × head_dim values quantized per row (attention.h): scale = max|x| /
-// 127, value = round-half-even(x / scale) in -127..127 (int8_gemm.cpp's
-// rounding: adding 1.5 · 2^23 leaves no fraction bits), 0 for a row of zeros.
-// Written so the compiler vectorizes it for the baseline ISA.
+// attention_detail.h's quantization, written so the compiler vectorizes the
+// rounding for the baseline ISA (adding 1.5 · 2^23 leaves no fraction bits:
+// round-half-even for |v| < 2^22, as int8_gemm.cpp rounds).
 template <class T>
-void quantize_rows(const T* x, int64_t rows, int64_t head_dim, Int8Rows& out) {
+void quantize_rows(const T* x, int64_t rows, int64_t head_dim, int64_t padded_dim, int8_t* values, float* scales,
+                   int32_t* sums) {
   constexpr float kShifter = 12582912.0f;  // 1.5 · 2^23
-  out.padded_dim = (head_dim + 3) / 4 * 4;
-  out.values.assign(size_t(rows * out.padded_dim), 0);
-  out.scales.resize(size_t(rows));
-  out.sums.resize(size_t(rows));
-  std::vector<float> row(static_cast<size_t>(head_dim));
   for (int64_t r = 0; r < rows; ++r) {
+    const T* row = x + r * head_dim;
+    int8_t* out = values + r * padded_dim;
+    std::fill(out, out + padded_dim, int8_t(0));
     float max_abs = 0.0f;
-    for (int64_t d = 0; d < head_dim; ++d) {
-      row[size_t(d)] = simd_portable::load(x, r * head_dim + d);
-      max_abs = simd_portable::max_of(std::fabs(row[size_t(d)]), max_abs);
-    }
-    const float scale = max_abs / 127.0f;
-    out.scales[size_t(r)] = scale;
+    for (int64_t d = 0; d < head_dim; ++d)
+      max_abs = simd_portable::max_of(std::fabs(simd_portable::load(row, d)), max_abs);  // a NaN is skipped
+    scales[r] = max_abs / 127.0f;
     int32_t sum = 0;
-    if (scale != 0.0f) {
-      int8_t* values = out.values.data() + r * out.padded_dim;
+    if (max_abs != 0.0f) {
+      const float inverse = 127.0f / max_abs;
       for (int64_t d = 0; d < head_dim; ++d) {
-        // max_of/min_of, not std::clamp: a NaN becomes -127, not an
-        // undefined conversion (its row is lost either way).
-        const float level = (row[size_t(d)] / scale + kShifter) - kShifter;
-        values[d] = int8_t(simd_portable::min_of(simd_portable::max_of(level, -127.0f), 127.0f));
-        sum += values[d];
+        const float level = (simd_portable::load(row, d) * inverse + kShifter) - kShifter;
+        // max_of/min_of, not std::clamp: a NaN becomes -127 (as maxps
+        // makes it in the vector tiers), not an undefined conversion.
+        out[d] = int8_t(simd_portable::min_of(simd_portable::max_of(level, -127.0f), 127.0f));
+        sum += out[d];
       }
     }
-    out.sums[size_t(r)] = sum;
+    sums[r] = sum;
   }
-}
-
-template <class T>
-Int8Operands prepare(const Job& job, int tile, Int8Scratch& b) {
-  const T* q = static_cast<const T*>(job.q);
-  quantize_rows(static_cast<const T*>(job.k), job.length, job.head_dim, b.keys);
-  quantize_rows(q + job.query_begin * job.head_dim, job.queries, job.head_dim, b.queries);
-  b.tile_values.resize(size_t(b.keys.padded_dim * tile));
-  b.tile_scales.resize(size_t(tile));
-  return {b.keys.view(), b.queries.view(), {b.tile_values.data(), b.tile_scales.data()}};
 }
 
 }  // namespace
 
-Int8Operands prepare_int8_scores(const Job& job, int tile) {
-  thread_local Int8Scratch buffers;
-  return job.storage == Storage::F32 ? prepare<float>(job, tile, buffers) : prepare<uint16_t>(job, tile, buffers);
+void quantize_rows_portable(Storage s, const void* x, int64_t rows, int64_t head_dim, int64_t padded_dim,
+                            int8_t* values, float* scales, int32_t* sums) {
+  if (s == Storage::F32)
+    quantize_rows(static_cast<const float*>(x), rows, head_dim, padded_dim, values, scales, sums);
+  else
+    quantize_rows(static_cast<const uint16_t*>(x), rows, head_dim, padded_dim, values, scales, sums);
+}
+
+Int8Operands prepare_int8_scores(const Job& job, int tile, QuantizeRows quantize) {
+  thread_local Int8Scratch b;
+  const size_t element = job.storage == Storage::F32 ? sizeof(float) : sizeof(uint16_t);
+  const void* first_query = static_cast<const char*>(job.q) + size_t(job.query_begin * job.head_dim) * element;
+  b.keys.quantize(quantize, job.storage, job.k, job.length, job.head_dim);
+  b.queries.quantize(quantize, job.storage, first_query, job.queries, job.head_dim);
+  b.tile_values.resize(size_t(b.keys.padded_dim * tile));
+  b.tile_scales.resize(size_t(tile));
+  return {b.keys.view(), b.queries.view(), {b.tile_values.data(), b.tile_scales.data()}};
 }
 
 void pack_query_tile_int8(const Int8Operands& op, int64_t first, int64_t count, int tile) {

@@ -20,7 +20,8 @@
 //
 // int8 scores (AttentionScores::Int8, for int8 vision): each row of q and of
 // k (one token in one head) is quantized symmetrically, scale = max|x| / 127,
-// values round-half-even(x / scale) in -127..127, so q·k is an exact int32 on
+// values round-half-even(x · (127 / max|x|)) in -127..127 (0 for a row of
+// zeros; a NaN becomes -127), so q·k is an exact int32 on
 // every tier (vpdpbusd on avx512 with AVX512-VNNI, vpmaddubsw on avx2 and on
 // avx512 without VNNI, plain integers in the portable code), and the score
 // float(dot) · (q_scale · k_scale) is the same float on every tier. Softmax

@@ -26,6 +26,45 @@ namespace {
 // registers.
 constexpr int kInt8Tile = 16, kInt8KeyTile = 4;
 
+// attention_detail.h's quantization of rows, 8 values at a time.
+template <class T>
+void quantize_rows_int8(const T* x, int64_t rows, int64_t head_dim, int64_t padded_dim, int8_t* values,
+                        float* scales, int32_t* sums) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* row = x + r * head_dim;
+    int8_t* out = values + r * padded_dim;
+    for (int64_t d = head_dim; d < padded_dim; ++d) out[d] = 0;
+    // maxps returns its second operand when either is NaN: a NaN is skipped.
+    __m256 max = _mm256_setzero_ps();
+    for (int64_t d = 0; d < head_dim; d += 8)
+      max = _mm256_max_ps(_mm256_andnot_ps(sign, simd_avx2::load(row + d, head_dim - d)), max);
+    const float max_abs = simd_avx2::reduce_max(max);
+    scales[r] = max_abs / 127.0f;
+    sums[r] = 0;
+    if (max_abs == 0.0f) {
+      std::memset(out, 0, size_t(head_dim));
+      continue;
+    }
+    const __m256 inverse = _mm256_set1_ps(127.0f / max_abs);
+    __m256i sum = _mm256_setzero_si256();
+    for (int64_t d = 0; d < head_dim; d += 8) {
+      const __m256 scaled = _mm256_mul_ps(simd_avx2::load(row + d, head_dim - d), inverse);
+      const __m256 level = _mm256_round_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m256i q = _mm256_cvtps_epi32(
+          _mm256_min_ps(_mm256_max_ps(level, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f)));
+      sum = _mm256_add_epi32(sum, q);
+      // ±127 at most: the saturating packs change nothing.
+      const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+      const int64_t bytes = _mm_cvtsi128_si64(_mm_packs_epi16(words, words));
+      std::memcpy(out + d, &bytes, size_t(head_dim - d < 8 ? head_dim - d : 8));
+    }
+    alignas(32) int32_t lanes[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), sum);
+    for (int32_t lane : lanes) sums[r] += lane;
+  }
+}
+
 // s[j][lane] for the J keys from `first` (attention_detail.h: score_int8_*).
 template <int J>
 void score_keys_int8(const Int8Operands& op, int64_t first, float* s) {
@@ -77,10 +116,19 @@ struct Avx2Ops {
   static void score_int8(const Int8Operands& op, int64_t first, int64_t keys, float* s) {
     score_int8_avx2(op, first, keys, s);
   }
+  static constexpr QuantizeRows quantize = quantize_rows_avx2;
 };
 static_assert(Avx2Ops::kWidth * Avx2Ops::kQueryVectors == kInt8Tile, "the int8 scores' tile is the kernel's");
 
 }  // namespace
+
+void quantize_rows_avx2(Storage s, const void* x, int64_t rows, int64_t head_dim, int64_t padded_dim,
+                        int8_t* values, float* scales, int32_t* sums) {
+  if (s == Storage::F32)
+    quantize_rows_int8(static_cast<const float*>(x), rows, head_dim, padded_dim, values, scales, sums);
+  else
+    quantize_rows_int8(static_cast<const uint16_t*>(x), rows, head_dim, padded_dim, values, scales, sums);
+}
 
 void score_int8_avx2(const Int8Operands& op, int64_t first, int64_t keys, float* s) {
   int64_t j = 0;

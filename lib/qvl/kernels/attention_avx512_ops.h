@@ -29,6 +29,7 @@ struct Avx512Ops {
   static void score_int8(const Int8Operands& op, int64_t first, int64_t keys, float* s) {
     score_int8_avx512_vnni(op, first, keys, s);
   }
+  static constexpr QuantizeRows quantize = quantize_rows_avx512;  // (with AVX512-VNNI too, as score_int8)
 };
 static_assert(Avx512Ops::kWidth * Avx512Ops::kQueryVectors == 32, "score_int8_avx512_vnni's tile of 32 queries");
 

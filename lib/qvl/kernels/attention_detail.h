@@ -65,11 +65,27 @@ struct Int8Operands {
   Int8TileView tile;     // filled by pack_query_tile_int8
 };
 
-// Quantizes the job's keys and queries into the calling thread's buffers
-// (reused from job to job) and makes room for a tile of `tile` queries. One
-// portable function for every tier: a maximum, a division and a rounding to
-// an integer, the same bits whatever the instructions.
-Int8Operands prepare_int8_scores(const Job& job, int tile);
+// `rows` rows of head_dim values of storage s (row-major) quantized as
+// attention.h says: per row, value = round-half-even(x · (127 / max|x|))
+// clamped to ±127 (0 for a row of zeros), scale = max|x| / 127. Row r's
+// values go to values + r · padded_dim (zero past head_dim), its scale and
+// the sum of its values to scales[r] and sums[r]. A maximum, one division per
+// row, a product and a rounding: each tier's version gives the same bytes.
+using QuantizeRows = void (*)(Storage s, const void* x, int64_t rows, int64_t head_dim, int64_t padded_dim,
+                              int8_t* values, float* scales, int32_t* sums);
+void quantize_rows_portable(Storage s, const void* x, int64_t rows, int64_t head_dim, int64_t padded_dim,
+                            int8_t* values, float* scales, int32_t* sums);
+#if QVL_X86
+void quantize_rows_avx2(Storage s, const void* x, int64_t rows, int64_t head_dim, int64_t padded_dim,
+                        int8_t* values, float* scales, int32_t* sums);
+void quantize_rows_avx512(Storage s, const void* x, int64_t rows, int64_t head_dim, int64_t padded_dim,
+                          int8_t* values, float* scales, int32_t* sums);  // with AVX512-VNNI (its file)
+#endif
+
+// Quantizes the job's keys and queries with `quantize` into the calling
+// thread's buffers (reused from job to job) and makes room for a tile of
+// `tile` queries.
+Int8Operands prepare_int8_scores(const Job& job, int tile, QuantizeRows quantize);
 // The tile of queries [first, first + count) of the job (relative to
 // query_begin) into op.tile.
 void pack_query_tile_int8(const Int8Operands& op, int64_t first, int64_t count, int tile);
@@ -237,13 +253,14 @@ class FloatScores {
   float* qt_;
 };
 
-// Int8 (AttentionScores::Int8): the job's keys and queries quantized once,
-// a tile packed when it starts, the tier's integer kernel (Ops::score_int8).
+// Int8 (AttentionScores::Int8): the job's keys and queries quantized once
+// (Ops::quantize), a tile packed when it starts, the tier's integer kernel
+// (Ops::score_int8).
 template <class Ops>
 class Int8Scores {
  public:
   static constexpr int Q = Tile<Ops>::Q;
-  explicit Int8Scores(const Job& job) : op_(prepare_int8_scores(job, Q)), query_begin_(job.query_begin) {}
+  explicit Int8Scores(const Job& job) : op_(prepare_int8_scores(job, Q, Ops::quantize)), query_begin_(job.query_begin) {}
   void start_tile(int64_t first, int64_t count) { pack_query_tile_int8(op_, first - query_begin_, count, Q); }
   void score(int64_t k0, int64_t keys, float* s) const { Ops::score_int8(op_, k0, keys, s); }
 
