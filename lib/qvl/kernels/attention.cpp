@@ -136,22 +136,49 @@ void pack_query_tile_int8(const Int8Operands& op, int64_t first, int64_t count, 
   }
 }
 
+// The baseline ISAs have no byte or 32-bit integer multiply-add worth the
+// name (SSE2: no pmulld), so for the portable tier's own tile the values are
+// multiplied as floats, by the float scores' kernel (Tile::score_keys): every
+// product (|q·k| <= 127²) and every partial sum over up to kExactFloatDims
+// dims is an integer below 2^24, so each float operation is exact and the
+// sum is the integer dot product. (An integer loop ran 3x slower than the
+// float scores.) Other tiles, and longer rows, take that integer loop.
+constexpr int64_t kExactFloatDims = 1024;
+
 void score_int8_portable(const Int8Operands& op, int64_t first, int64_t keys, int tile, float* s) {
-  const int64_t steps = op.keys.padded_dim / 4;
-  std::vector<int32_t> dot(static_cast<size_t>(tile));
-  for (int64_t j = 0; j < keys; ++j) {
-    const int8_t* k = op.keys.values + (first + j) * op.keys.padded_dim;
-    std::fill(dot.begin(), dot.end(), 0);
-    for (int64_t step = 0; step < steps; ++step)
+  const int64_t padded_dim = op.keys.padded_dim;
+  using TileOps = Tile<PortableOps>;
+  if (tile == TileOps::Q && padded_dim <= kExactFloatDims) {
+    thread_local std::vector<float> queries, key_rows;
+    queries.resize(size_t(padded_dim * tile));  // queries[d][lane]
+    for (int64_t d = 0; d < padded_dim; ++d)
       for (int lane = 0; lane < tile; ++lane)
-        for (int b = 0; b < 4; ++b)
-          dot[size_t(lane)] += int32_t(op.tile.values[(step * tile + lane) * 4 + b]) * k[4 * step + b];
+        queries[size_t(d * tile + lane)] = float(op.tile.values[((d / 4) * tile + lane) * 4 + d % 4]);
+    key_rows.resize(size_t(keys * padded_dim));
+    const int8_t* k = op.keys.values + first * padded_dim;
+    for (int64_t i = 0; i < keys * padded_dim; ++i) key_rows[size_t(i)] = float(k[i]);
+    int64_t j = 0;
+    for (; j + PortableOps::kKeyTile <= keys; j += PortableOps::kKeyTile)
+      TileOps::score_keys<PortableOps::kKeyTile>(key_rows.data() + j * padded_dim, padded_dim, queries.data(),
+                                                 s + j * tile);
+    for (; j < keys; ++j) TileOps::score_keys<1>(key_rows.data() + j * padded_dim, padded_dim, queries.data(), s + j * tile);
+    for (j = 0; j < keys; ++j) {
+      const float key_scale = op.keys.scales[first + j];
+      for (int lane = 0; lane < tile; ++lane) s[j * tile + lane] *= op.tile.scales[lane] * key_scale;
+    }
+    return;
+  }
+  for (int64_t j = 0; j < keys; ++j) {
+    const int8_t* k = op.keys.values + (first + j) * padded_dim;
     const float key_scale = op.keys.scales[first + j];
-    for (int lane = 0; lane < tile; ++lane)
-      s[j * tile + lane] = float(dot[size_t(lane)]) * (op.tile.scales[lane] * key_scale);
+    for (int lane = 0; lane < tile; ++lane) {
+      int32_t dot = 0;
+      for (int64_t d = 0; d < padded_dim; ++d)
+        dot += int32_t(op.tile.values[((d / 4) * tile + lane) * 4 + d % 4]) * k[d];
+      s[j * tile + lane] = float(dot) * (op.tile.scales[lane] * key_scale);
+    }
   }
 }
-
 
 void attend_portable(Storage s, const Job& job) {
   s == Storage::F32 ? attend_f32<PortableOps, float>(job) : attend_f32<PortableOps, uint16_t>(job);

@@ -94,7 +94,7 @@ void pack_query_tile_int8(const Int8Operands& op, int64_t first, int64_t count, 
 // k_scale[first + j]) for j < keys, over the packed tile: the dot products in
 // int32, exact; the product of the scales, then the product with the dot,
 // each rounded once, so every tier gives the same floats. Tiles: portable
-// any size, avx2 16 queries, avx512 32.
+// any (fast for its own, 8), avx2 16, avx512 32.
 void score_int8_portable(const Int8Operands& op, int64_t first, int64_t keys, int tile, float* s);
 #if QVL_X86
 void score_int8_avx2(const Int8Operands& op, int64_t first, int64_t keys, float* s);
