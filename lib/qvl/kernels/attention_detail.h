@@ -79,7 +79,7 @@ void quantize_rows_portable(Storage s, const void* x, int64_t rows, int64_t head
 void quantize_rows_avx2(Storage s, const void* x, int64_t rows, int64_t head_dim, int64_t padded_dim,
                         int8_t* values, float* scales, int32_t* sums);
 void quantize_rows_avx512(Storage s, const void* x, int64_t rows, int64_t head_dim, int64_t padded_dim,
-                          int8_t* values, float* scales, int32_t* sums);  // with AVX512-VNNI (its file)
+                          int8_t* values, float* scales, int32_t* sums);  // in the VNNI kernel's file
 #endif
 
 // Quantizes the job's keys and queries with `quantize` into the calling
@@ -100,7 +100,6 @@ void score_int8_portable(const Int8Operands& op, int64_t first, int64_t keys, in
 void score_int8_avx2(const Int8Operands& op, int64_t first, int64_t keys, float* s);
 void score_int8_avx512_vnni(const Int8Operands& op, int64_t first, int64_t keys, float* s);  // with AVX512-VNNI
 #endif
-
 
 namespace {
 
