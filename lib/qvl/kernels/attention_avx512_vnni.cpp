@@ -29,7 +29,8 @@ namespace {
 // The avx512 kernels' tile of 32 queries (2 registers), 4 keys at a time: 8
 // accumulators. Measured on Zen 4 (one thread, 64 keys × 32 queries × 64
 // dims per call): ~12 % faster than 8 keys at a time (as the float scores
-// take them), as fast as 4 × 64 queries; 2 keys and 4 × 32 queries slower.
+// take them); 4 keys × 64 queries about as fast; 2 keys (× 32 or × 64
+// queries) slower.
 constexpr int W = 16, kQueryVectors = 2, Q = W * kQueryVectors, kKeyTile = 4;
 
 // attention_detail.h's quantization of rows, 16 values at a time.
