@@ -5,8 +5,9 @@
 // alone (its two matmuls through tensor::matmul, as qvl ran it before the
 // fused kernel, and the fused kernel), and the ops between the matmuls; then
 // int8 vision (`--quant int8`: the same weights quantized, the int8 GEMM),
-// whole blocks run alternately with the bf16 ones so both see the same
-// machine. Minimum of the repetitions.
+// whole blocks run alternately with the bf16 ones (and with int8 linears
+// but bf16's float attention scores) so all see the same machine. Minimum of
+// the repetitions.
 //
 //   qvl_bench_vision MODEL_DIR [patch_rows=30] [patch_cols=40] [repetitions=3] [threads=all cores]
 //                    [query_chunk=VisionBlocks' default]
@@ -24,6 +25,7 @@
 #include <string>
 
 #include "qvl/kernels/attention.h"
+#include "qvl/kernels/parallel.h"
 #include "qvl/kernels/quant.h"
 #include "qvl/kernels/vision_ops.h"
 #include "qvl/model/precision.h"
@@ -113,7 +115,11 @@ int main(int argc, char** argv) {
     int8[name] = quantized.back().view();
   }
   VisionBlocks blocks_int8(cfg, params, &int8);
-  if (argc > 6) blocks.query_chunk = blocks_int8.query_chunk = std::atoll(argv[6]);
+  // int8 linears with the float scores of bf16 vision (as before int8 scores).
+  VisionBlocks blocks_int8_float_scores(cfg, params, &int8);
+  blocks_int8_float_scores.attention_scores = kernels::AttentionScores::Float;
+  if (argc > 6)
+    blocks.query_chunk = blocks_int8.query_chunk = blocks_int8_float_scores.query_chunk = std::atoll(argv[6]);
   const VisionPositions pos = vision_positions(cfg, {grid});
   const at::Tensor x = at::randn({n, hidden}, bf16);
 
@@ -124,8 +130,10 @@ int main(int argc, char** argv) {
   });
   const double whole_cpu = g_cpu;
   const long whole_faults = g_faults;
-  // bf16 and int8 whole blocks alternately, one run each per round.
+  // bf16, int8 and int8 with float scores whole blocks alternately, one run
+  // each per round.
   double pair_bf16 = 1e30, pair_int8 = 1e30, pair_bf16_cpu = 1e30, pair_int8_cpu = 1e30;
+  double pair_int8_float = 1e30, pair_int8_float_cpu = 1e30;
   for (int r = 0; r < reps; ++r) {
     pair_bf16 = std::min(pair_bf16, best_of(1, [&] {
       taps.clear();
@@ -137,6 +145,11 @@ int main(int argc, char** argv) {
       blocks_int8.run(x, pos, &taps);
     }));
     pair_int8_cpu = std::min(pair_int8_cpu, g_cpu);
+    pair_int8_float = std::min(pair_int8_float, best_of(1, [&] {
+      taps.clear();
+      blocks_int8_float_scores.run(x, pos, &taps);
+    }));
+    pair_int8_float_cpu = std::min(pair_int8_float_cpu, g_cpu);
   }
 
   // The 96 linears, each on an input of its own shape.
@@ -183,22 +196,28 @@ int main(int argc, char** argv) {
   });
   const double attention_cpu = g_cpu;
   // The fused kernel as vision_blocks.cpp runs it: blocks of 512 queries of
-  // one head, split across the threads.
+  // one head, split across the threads (kernels::parallel_for: this file is
+  // not built with -fopenmp, so at::parallel_for here would run serially).
   const at::Tensor v = at::randn({heads, n, head_dim}, bf16), fused_out = at::empty({n, heads, head_dim}, bf16);
-  const kernels::AttentionTensors tensors{q.data_ptr(), k.data_ptr(), v.data_ptr(), fused_out.data_ptr(), n, heads,
-                                          head_dim};
   const int64_t chunk = blocks.query_chunk, chunks = (n + chunk - 1) / chunk;
-  const double attention_fused = best_of(reps, [&] {
-    for (int64_t i = 0; i < cfg.depth; ++i)
-      at::parallel_for(0, heads * chunks, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t t = begin; t < end; ++t) {
-          const int64_t q0 = (t % chunks) * chunk;
-          kernels::attend_block(kernels::Storage::BF16, tensors, {t / chunks, 0, n, q0, std::min(chunk, n - q0)},
-                                1.0f / 8);
-        }
-      });
-  });
+  auto fused = [&](kernels::AttentionScores scores) {
+    const kernels::AttentionTensors tensors{q.data_ptr(), k.data_ptr(), v.data_ptr(), fused_out.data_ptr(),
+                                            n, heads, head_dim, scores};
+    return best_of(reps, [&] {
+      for (int64_t i = 0; i < cfg.depth; ++i)
+        kernels::parallel_for(heads * chunks, 1, [&](int64_t begin, int64_t end) {
+          for (int64_t t = begin; t < end; ++t) {
+            const int64_t q0 = (t % chunks) * chunk;
+            kernels::attend_block(kernels::Storage::BF16, tensors, {t / chunks, 0, n, q0, std::min(chunk, n - q0)},
+                                  1.0f / 8);
+          }
+        });
+    });
+  };
+  const double attention_fused = fused(kernels::AttentionScores::Float);
   const double attention_fused_cpu = g_cpu;
+  const double attention_int8 = fused(kernels::AttentionScores::Int8);
+  const double attention_int8_cpu = g_cpu;
   at::Tensor ln_out = at::empty_like(xh), g = xi.clone();
   std::vector<float> ones(size_t(hidden), 1.f), zeros(size_t(hidden), 0.f);
   const double between = best_of(reps, [&] {
@@ -227,11 +246,15 @@ int main(int argc, char** argv) {
              attention_flops / attention_mm / 1e9);
   fmt::print("  attention, fused (kernels/attention.h) {:5.3f} {:7.3f}  {:6.1f}\n", attention_fused,
              attention_fused_cpu, attention_flops / attention_fused / 1e9);
+  fmt::print("  attention, fused, int8 scores      {:7.3f} {:7.3f}  {:6.1f}\n", attention_int8, attention_int8_cpu,
+             attention_flops / attention_int8 / 1e9);
   fmt::print("  layer norms + GELU                 {:7.3f} {:7.3f}\n", between, between_cpu);
   fmt::print("  96 linears, int8 GEMM              {:7.3f} {:7.3f}  {:6.1f}\n", int8_linears, int8_linears_cpu,
              linear_flops / int8_linears / 1e9);
   fmt::print("  whole blocks, alternating: bf16    {:7.3f} {:7.3f}\n", pair_bf16, pair_bf16_cpu);
   fmt::print("  whole blocks, alternating: int8    {:7.3f} {:7.3f}   bf16/int8 {:.2f} wall, {:.2f} CPU\n", pair_int8,
              pair_int8_cpu, pair_bf16 / pair_int8, pair_bf16_cpu / pair_int8_cpu);
+  fmt::print("  ... int8 linears, float scores     {:7.3f} {:7.3f}   bf16/that {:.2f} wall, {:.2f} CPU\n",
+             pair_int8_float, pair_int8_float_cpu, pair_bf16 / pair_int8_float, pair_bf16_cpu / pair_int8_float_cpu);
   return 0;
 }

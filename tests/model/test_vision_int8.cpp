@@ -97,10 +97,12 @@ std::string vision_cache_path(const std::string& dir) {
 // every weight and activation, compounded over five blocks and a merger).
 // int8 adds, in each block linear, weights rounded to max|w|/254 of their
 // group of 128 and activations to max|x|/254 of theirs: up to ~4x bf16's 2^-9
-// relative step each, much of which averages out over a dot product.
-// Measured: int8 at 1.6-2.6 % (1.8-3.2x bf16's error on the same output,
-// the mergers' first linears in int8 too; table in docs/PERFORMANCE.md,
-// "int8 vision"). Held to 4x bf16's error plus
+// relative step each, much of which averages out over a dot product; and in
+// attention's scores, q and k rounded to max|x|/254 of their row (one token
+// in one head). Measured: int8 at 1.6-2.9 % on the avx512 tier (1.6-2.6 %
+// with float attention scores), 1.7-3.0x bf16's error on the same output
+// across the tiers (the mergers' first linears in int8 too; table in
+// docs/PERFORMANCE.md, "int8 vision"). Held to 4x bf16's error plus
 // 1 %, and to 5 % absolutely: dropping the int8 linears' bias (tried) fails
 // both on every output, as would a wrong layer or a lost scale.
 TEST_CASE("vision int8: features close to the float32 reference, within a few times bf16's error") {

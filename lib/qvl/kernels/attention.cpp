@@ -6,6 +6,7 @@
 #include <fmt/core.h>
 
 #include <cstring>
+#include <vector>
 
 #include "qvl/error.h"
 #include "qvl/kernels/attention_detail.h"
@@ -45,9 +46,139 @@ struct PortableOps {
     for (int i = 0; i < kWidth; ++i) r[i] = simd_portable::exp_poly(a[i]);
     return r;
   }
+  static void score_int8(const Int8Operands& op, int64_t first, int64_t keys, float* s) {
+    score_int8_portable(op, first, keys, kWidth * kQueryVectors, s);
+  }
+  static constexpr QuantizeRows quantize = quantize_rows_portable;
 };
 
+// The int8 operands' storage, per thread, reused from job to job.
+struct Int8Rows {
+  std::vector<int8_t> values;
+  std::vector<float> scales;
+  std::vector<int32_t> sums;
+  int64_t padded_dim = 0;
+  void quantize(QuantizeRows quantize, Storage s, const void* x, int64_t rows, int64_t head_dim) {
+    padded_dim = (head_dim + 3) / 4 * 4;
+    values.resize(size_t(rows * padded_dim));
+    scales.resize(size_t(rows));
+    sums.resize(size_t(rows));
+    quantize(s, x, rows, head_dim, padded_dim, values.data(), scales.data(), sums.data());
+  }
+  Int8RowsView view() const { return {values.data(), scales.data(), sums.data(), padded_dim}; }
+};
+struct Int8Scratch {
+  Int8Rows keys, queries;
+  std::vector<int8_t> tile_values;
+  std::vector<float> tile_scales;
+};
+
+// attention_detail.h's quantization, written so the compiler vectorizes the
+// rounding for the baseline ISA (adding 1.5 · 2^23 leaves no fraction bits:
+// round-half-even for |v| < 2^22, as int8_gemm.cpp rounds).
+template <class T>
+void quantize_rows(const T* x, int64_t rows, int64_t head_dim, int64_t padded_dim, int8_t* values, float* scales,
+                   int32_t* sums) {
+  constexpr float kShifter = 12582912.0f;  // 1.5 · 2^23
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* row = x + r * head_dim;
+    int8_t* out = values + r * padded_dim;
+    std::fill(out, out + padded_dim, int8_t(0));
+    float max_abs = 0.0f;
+    for (int64_t d = 0; d < head_dim; ++d)
+      max_abs = simd_portable::max_of(std::fabs(simd_portable::load(row, d)), max_abs);  // a NaN is skipped
+    scales[r] = max_abs / 127.0f;
+    int32_t sum = 0;
+    if (max_abs != 0.0f) {
+      const float inverse = 127.0f / max_abs;
+      for (int64_t d = 0; d < head_dim; ++d) {
+        const float level = (simd_portable::load(row, d) * inverse + kShifter) - kShifter;
+        // max_of/min_of, not std::clamp: a NaN becomes -127 (as maxps
+        // makes it in the vector tiers), not an undefined conversion.
+        out[d] = int8_t(simd_portable::min_of(simd_portable::max_of(level, -127.0f), 127.0f));
+        sum += out[d];
+      }
+    }
+    sums[r] = sum;
+  }
+}
+
 }  // namespace
+
+void quantize_rows_portable(Storage s, const void* x, int64_t rows, int64_t head_dim, int64_t padded_dim,
+                            int8_t* values, float* scales, int32_t* sums) {
+  if (s == Storage::F32)
+    quantize_rows(static_cast<const float*>(x), rows, head_dim, padded_dim, values, scales, sums);
+  else
+    quantize_rows(static_cast<const uint16_t*>(x), rows, head_dim, padded_dim, values, scales, sums);
+}
+
+Int8Operands prepare_int8_scores(const Job& job, int tile, QuantizeRows quantize) {
+  thread_local Int8Scratch b;
+  const size_t element = job.storage == Storage::F32 ? sizeof(float) : sizeof(uint16_t);
+  const void* first_query = static_cast<const char*>(job.q) + size_t(job.query_begin * job.head_dim) * element;
+  b.keys.quantize(quantize, job.storage, job.k, job.length, job.head_dim);
+  b.queries.quantize(quantize, job.storage, first_query, job.queries, job.head_dim);
+  b.tile_values.resize(size_t(b.keys.padded_dim * tile));
+  b.tile_scales.resize(size_t(tile));
+  return {b.keys.view(), b.queries.view(), {b.tile_values.data(), b.tile_scales.data()}};
+}
+
+void pack_query_tile_int8(const Int8Operands& op, int64_t first, int64_t count, int tile) {
+  const int64_t padded_dim = op.queries.padded_dim;
+  std::memset(op.tile.values, 0, size_t(padded_dim * tile));
+  std::fill(op.tile.scales, op.tile.scales + tile, 0.0f);
+  for (int64_t i = 0; i < count; ++i) {
+    const int8_t* row = op.queries.values + (first + i) * padded_dim;
+    for (int64_t step = 0; step < padded_dim / 4; ++step)
+      std::memcpy(op.tile.values + (step * tile + i) * 4, row + 4 * step, 4);
+    op.tile.scales[i] = op.queries.scales[first + i];
+  }
+}
+
+// The baseline ISAs have no byte or 32-bit integer multiply-add worth the
+// name (SSE2: no pmulld), so for the portable tier's own tile the values are
+// multiplied as floats, by the float scores' kernel (Tile::score_keys): every
+// product (|q·k| <= 127²) and every partial sum over up to kExactFloatDims
+// dims is an integer below 2^24, so each float operation is exact and the
+// sum is the integer dot product. (An integer loop ran 3x slower than the
+// float scores.) Other tiles, and longer rows, take that integer loop.
+constexpr int64_t kExactFloatDims = 1024;
+
+void score_int8_portable(const Int8Operands& op, int64_t first, int64_t keys, int tile, float* s) {
+  const int64_t padded_dim = op.keys.padded_dim;
+  using TileOps = Tile<PortableOps>;
+  if (tile == TileOps::Q && padded_dim <= kExactFloatDims) {
+    thread_local std::vector<float> queries, key_rows;
+    queries.resize(size_t(padded_dim * tile));  // queries[d][lane]
+    for (int64_t d = 0; d < padded_dim; ++d)
+      for (int lane = 0; lane < tile; ++lane)
+        queries[size_t(d * tile + lane)] = float(op.tile.values[((d / 4) * tile + lane) * 4 + d % 4]);
+    key_rows.resize(size_t(keys * padded_dim));
+    const int8_t* k = op.keys.values + first * padded_dim;
+    for (int64_t i = 0; i < keys * padded_dim; ++i) key_rows[size_t(i)] = float(k[i]);
+    int64_t j = 0;
+    for (; j + PortableOps::kKeyTile <= keys; j += PortableOps::kKeyTile)
+      TileOps::score_keys<PortableOps::kKeyTile>(key_rows.data() + j * padded_dim, padded_dim, queries.data(),
+                                                 s + j * tile);
+    for (; j < keys; ++j) TileOps::score_keys<1>(key_rows.data() + j * padded_dim, padded_dim, queries.data(), s + j * tile);
+    for (j = 0; j < keys; ++j) {
+      const float key_scale = op.keys.scales[first + j];
+      for (int lane = 0; lane < tile; ++lane) s[j * tile + lane] *= op.tile.scales[lane] * key_scale;
+    }
+    return;
+  }
+  for (int64_t j = 0; j < keys; ++j) {
+    const int8_t* k = op.keys.values + (first + j) * padded_dim;
+    const float key_scale = op.keys.scales[first + j];
+    for (int lane = 0; lane < tile; ++lane) {
+      int32_t dot = 0;
+      for (int64_t d = 0; d < padded_dim; ++d)
+        dot += int32_t(op.tile.values[((d / 4) * tile + lane) * 4 + d % 4]) * k[d];
+      s[j * tile + lane] = float(dot) * (op.tile.scales[lane] * key_scale);
+    }
+  }
+}
 
 void attend_portable(Storage s, const Job& job) {
   s == Storage::F32 ? attend_f32<PortableOps, float>(job) : attend_f32<PortableOps, uint16_t>(job);
@@ -66,7 +197,9 @@ Job make_job(Storage s, const AttentionTensors& t, const AttentionBlock& b, floa
              b.length,
              b.query_begin,
              b.queries,
-             scale};
+             scale,
+             s,
+             t.scores == AttentionScores::Int8};
 }
 
 }  // namespace attention_detail
@@ -82,7 +215,9 @@ void attend_block(Storage s, const AttentionTensors& t, const AttentionBlock& b,
   const attention_detail::Job job = attention_detail::make_job(s, t, b, scale);
 #if QVL_X86
   if (isa == Isa::Avx512) {
-    if (s == Storage::BF16 && cpu_features().avx512_bf16 && t.head_dim % 2 == 0)
+    if (job.int8_scores && !cpu_features().avx512_vnni) return attention_detail::attend_avx2(s, job);
+    // (The bf16 kernel pairs dims only for float scores.)
+    if (s == Storage::BF16 && cpu_features().avx512_bf16 && (job.int8_scores || t.head_dim % 2 == 0))
       return attention_detail::attend_avx512_bf16(s, job);
     return attention_detail::attend_avx512(s, job);
   }

@@ -17,12 +17,25 @@
 // output is), and the normalizing sum adds the rounded weights. Every other
 // case multiplies in float32 (FMA on avx2/avx512, separate multiply and add
 // in the portable code).
+//
+// int8 scores (AttentionScores::Int8, for int8 vision): each row of q and of
+// k (one token in one head) is quantized symmetrically, scale = max|x| / 127,
+// values round-half-even(x · (127 / max|x|)) in -127..127 (0 for a row of
+// zeros; a NaN becomes -127), so q·k is an exact int32 on
+// every tier (vpdpbusd on avx512 with AVX512-VNNI, vpmaddubsw on avx2 and on
+// avx512 without VNNI, plain integers in the portable code), and the score
+// float(dot) · (q_scale · k_scale) is the same float on every tier. Softmax
+// and the weighted sum of the values stay as above: the softmax weights of a
+// thousand keys are mostly tiny, 8 bits would lose them.
 #pragma once
 #include <cstdint>
 
 #include "qvl/kernels/storage.h"  // Storage, Isa, active_isa
 
 namespace qvl::kernels {
+
+// How the scores q·k are computed (above).
+enum class AttentionScores { Float, Int8 };
 
 // q, k and v are [heads, tokens, head_dim], out is [tokens, heads, head_dim],
 // all of storage s.
@@ -32,6 +45,7 @@ struct AttentionTensors {
   const void* v;
   void* out;
   int64_t tokens, heads, head_dim;
+  AttentionScores scores = AttentionScores::Float;
 };
 
 // One piece of work: queries [query_begin, query_begin + queries) of the

@@ -7,9 +7,12 @@
 // repacked once per block of queries as (v[j][d], v[j+1][d]) pairs. The
 // softmax between them is attention_detail.h's, in float32, fused here with
 // the rounding and pairing of the weights (vcvtne2ps2bf16 and one permute).
+// With int8 scores (attention.h) the scores come from the VNNI kernel
+// (attention_avx512_vnni.cpp) instead, and the rest is the same.
 //
 // Built with AVX-512 F+BW+VL+DQ and AVX512-BF16; entered only when that tier
-// is active on a CPU with AVX512-BF16, for an even head_dim.
+// is active on a CPU with AVX512-BF16, for an even head_dim or int8 scores
+// (and then only with AVX512-VNNI too).
 #include <immintrin.h>
 
 #include <cstring>
@@ -144,15 +147,33 @@ struct PairScratch {
   std::vector<uint32_t> values, queries, weights;
 };
 
-}  // namespace
+// The float scores (attention_detail.h's FloatScores in vdpbf16ps): the
+// tile's queries as dim pairs, each key's pair broadcast from its row.
+class PairScores {
+ public:
+  PairScores(const Job& job, PairScratch& pairs)
+      : q_(static_cast<const uint16_t*>(job.q)), k_(static_cast<const uint16_t*>(job.k)), head_dim_(job.head_dim) {
+    pairs.queries.resize(size_t(head_dim_ / 2 * Q));
+    qp_ = pairs.queries.data();
+  }
+  void start_tile(int64_t first, int64_t count) { pack_query_pairs(q_, head_dim_, first, count, qp_); }
+  void score(int64_t k0, int64_t keys, float* s) const {
+    int64_t j = 0;
+    for (; j + kKeyTile <= keys; j += kKeyTile) score_keys<kKeyTile>(k_ + (k0 + j) * head_dim_, head_dim_, qp_, s + j * Q);
+    for (; j < keys; ++j) score_keys<1>(k_ + (k0 + j) * head_dim_, head_dim_, qp_, s + j * Q);
+  }
 
-void attend_avx512_bf16(Storage, const Job& job) {
+ private:
+  const uint16_t* q_;
+  const uint16_t* k_;
+  int64_t head_dim_;
+  uint32_t* qp_;
+};
+
+template <class Scores>
+void attend_pairs(const Job& job, Scores& scores, PairScratch& pairs) {
   const int64_t head_dim = job.head_dim, length = job.length;
-  const uint16_t* q = static_cast<const uint16_t*>(job.q);
-  const uint16_t* k = static_cast<const uint16_t*>(job.k);
-  thread_local PairScratch pairs;
   pairs.values.resize(size_t((length + 1) / 2 * head_dim));
-  pairs.queries.resize(size_t(head_dim / 2 * Q));
   pairs.weights.resize(size_t(kKeyBlock / 2 * Q));
   pack_value_pairs(static_cast<const uint16_t*>(job.v), head_dim, length, pairs.values.data());
   Scratch& buffers = scratch();
@@ -163,16 +184,13 @@ void attend_avx512_bf16(Storage, const Job& job) {
   const int64_t end = job.query_begin + job.queries;
   for (int64_t q0 = job.query_begin; q0 < end; q0 += Q) {
     const int64_t count = std::min<int64_t>(Q, end - q0);
-    pack_query_pairs(q, head_dim, q0, count, pairs.queries.data());
+    scores.start_tile(q0, count);
     std::fill(ot, ot + head_dim * Q, 0.0f);
     __m512 max[kQueryVectors], sum[kQueryVectors], alpha[kQueryVectors];
     for (int u = 0; u < kQueryVectors; ++u) max[u] = _mm512_set1_ps(-INFINITY), sum[u] = _mm512_setzero_ps();
     for (int64_t k0 = 0; k0 < length; k0 += kKeyBlock) {
       const int64_t keys = std::min(kKeyBlock, length - k0);
-      int64_t j = 0;
-      for (; j + kKeyTile <= keys; j += kKeyTile)
-        score_keys<kKeyTile>(k + (k0 + j) * head_dim, head_dim, pairs.queries.data(), s + j * Q);
-      for (; j < keys; ++j) score_keys<1>(k + (k0 + j) * head_dim, head_dim, pairs.queries.data(), s + j * Q);
+      scores.score(k0, keys, s);
       softmax_pairs(s, keys, job.scale, max, sum, alpha, pairs.weights.data());
       const uint32_t* vp = pairs.values.data() + (k0 / 2) * head_dim;
       const int64_t key_pairs = (keys + 1) / 2;
@@ -185,6 +203,19 @@ void attend_avx512_bf16(Storage, const Job& job) {
     for (int u = 0; u < kQueryVectors; ++u) _mm512_storeu_ps(sums + u * W, sum[u]);
     store_output(ot, sums, head_dim, count, Q, static_cast<uint16_t*>(job.out) + q0 * job.out_stride,
                  job.out_stride);
+  }
+}
+
+}  // namespace
+
+void attend_avx512_bf16(Storage, const Job& job) {
+  thread_local PairScratch pairs;
+  if (job.int8_scores) {
+    Int8Scores<Avx512Ops> scores(job);
+    attend_pairs(job, scores, pairs);
+  } else {
+    PairScores scores(job, pairs);
+    attend_pairs(job, scores, pairs);
   }
 }
 

@@ -23,6 +23,8 @@ struct Job {
   int64_t out_stride;
   int64_t head_dim, length, query_begin, queries;
   float scale;
+  Storage storage;
+  bool int8_scores;  // AttentionScores::Int8
 };
 
 // The job of a checked block (attend_block's checks; tests call the tiers'
@@ -30,7 +32,9 @@ struct Job {
 Job make_job(Storage s, const AttentionTensors& t, const AttentionBlock& b, float scale);
 
 // The avx512 tier's two versions: float32 FMA (f32 storage, or bf16 on CPUs
-// without AVX512-BF16) and vdpbf16ps (bf16 storage, even head_dim).
+// without AVX512-BF16) and vdpbf16ps (bf16 storage, even head_dim or int8
+// scores). With int8 scores the avx512 versions need AVX512-VNNI (without it
+// the avx2 version runs: AVX-512BW has no byte sign instruction).
 #if QVL_X86
 void attend_avx2(Storage s, const Job& job);
 void attend_avx512(Storage s, const Job& job);
@@ -38,6 +42,64 @@ void attend_avx512_bf16(Storage s, const Job& job);  // entered only with AVX512
 #endif
 void attend_portable(Storage s, const Job& job);
 
+// The int8 scores' operands (attention.h, AttentionScores::Int8). Rows of q
+// or k quantized, each padded with zeros to whole steps of 4 dims (vpdpbusd's
+// unit: 4 byte products into one int32), with each row's scale and the sum of
+// its values (the VNNI kernel's correction).
+struct Int8RowsView {
+  const int8_t* values;  // row i at values + i * padded_dim
+  const float* scales;
+  const int32_t* sums;
+  int64_t padded_dim;
+};
+// A tile of queries laid out for the kernels: per step of 4 dims, the tile's
+// queries side by side, 4 bytes each (values[(step · tile + lane) · 4 + b] is
+// dim 4·step + b of query lane), and their scales; 0 past the last query.
+struct Int8TileView {
+  int8_t* values;
+  float* scales;
+};
+struct Int8Operands {
+  Int8RowsView keys;     // the job's keys, rows 0..length
+  Int8RowsView queries;  // the job's queries, row i = query query_begin + i
+  Int8TileView tile;     // filled by pack_query_tile_int8
+};
+
+// `rows` rows of head_dim values of storage s (row-major) quantized as
+// attention.h says: per row, value = round-half-even(x · (127 / max|x|))
+// clamped to ±127 (0 for a row of zeros), scale = max|x| / 127. Row r's
+// values go to values + r · padded_dim (zero past head_dim), its scale and
+// the sum of its values to scales[r] and sums[r]. A maximum, one division per
+// row, a product and a rounding: each tier's version gives the same bytes.
+using QuantizeRows = void (*)(Storage s, const void* x, int64_t rows, int64_t head_dim, int64_t padded_dim,
+                              int8_t* values, float* scales, int32_t* sums);
+void quantize_rows_portable(Storage s, const void* x, int64_t rows, int64_t head_dim, int64_t padded_dim,
+                            int8_t* values, float* scales, int32_t* sums);
+#if QVL_X86
+void quantize_rows_avx2(Storage s, const void* x, int64_t rows, int64_t head_dim, int64_t padded_dim,
+                        int8_t* values, float* scales, int32_t* sums);
+void quantize_rows_avx512(Storage s, const void* x, int64_t rows, int64_t head_dim, int64_t padded_dim,
+                          int8_t* values, float* scales, int32_t* sums);  // in the VNNI kernel's file
+#endif
+
+// Quantizes the job's keys and queries with `quantize` into the calling
+// thread's buffers (reused from job to job) and makes room for a tile of
+// `tile` queries.
+Int8Operands prepare_int8_scores(const Job& job, int tile, QuantizeRows quantize);
+// The tile of queries [first, first + count) of the job (relative to
+// query_begin) into op.tile.
+void pack_query_tile_int8(const Int8Operands& op, int64_t first, int64_t count, int tile);
+
+// s[j][lane] = float(Σ_d q[lane][d] · k[first + j][d]) · (q_scale[lane] ·
+// k_scale[first + j]) for j < keys, over the packed tile: the dot products in
+// int32, exact; the product of the scales, then the product with the dot,
+// each rounded once, so every tier gives the same floats. Tiles: portable
+// any (fast for its own, 8), avx2 16, avx512 32.
+void score_int8_portable(const Int8Operands& op, int64_t first, int64_t keys, int tile, float* s);
+#if QVL_X86
+void score_int8_avx2(const Int8Operands& op, int64_t first, int64_t keys, float* s);
+void score_int8_avx512_vnni(const Int8Operands& op, int64_t first, int64_t keys, float* s);  // with AVX512-VNNI
+#endif
 
 namespace {
 
@@ -132,7 +194,7 @@ struct Tile {
 // Per thread, reused from block to block (a task's buffers would otherwise be
 // fresh pages every time).
 struct Scratch {
-  std::vector<float> keys, values, tile;
+  std::vector<float> keys, values, queries, tile;
 };
 inline Scratch& scratch() {
   thread_local Scratch s;
@@ -157,36 +219,80 @@ void store_output(const float* ot, const float* sums, int64_t head_dim, int64_t 
   }
 }
 
-// The whole block in float32 on Ops' vectors.
+// The scores of a block of keys against a tile of queries, two ways (the
+// float32 kernel below and the avx512 bf16 kernel take either): start_tile
+// when a tile of queries begins, score for each block of keys.
+
+// Float: the stored q and k in float32 on Ops' vectors (the keys widened once
+// per job, a tile of queries transposed when it starts).
 template <class Ops, class T>
-void attend_f32(const Job& job) {
+class FloatScores {
+ public:
+  static constexpr int Q = Tile<Ops>::Q;
+  FloatScores(const Job& job, Scratch& buffers)
+      : q_(static_cast<const T*>(job.q)),
+        k_(as_floats(static_cast<const T*>(job.k), job.length * job.head_dim, buffers.keys)),
+        head_dim_(job.head_dim) {
+    buffers.queries.resize(size_t(head_dim_ * Q));
+    qt_ = buffers.queries.data();
+  }
+  void start_tile(int64_t first, int64_t count) { load_query_tile(q_, head_dim_, first, count, Q, qt_); }
+  // s[j][lane] for the keys [k0, k0 + keys).
+  void score(int64_t k0, int64_t keys, float* s) const {
+    int64_t j = 0;
+    for (; j + Ops::kKeyTile <= keys; j += Ops::kKeyTile)
+      Tile<Ops>::template score_keys<Ops::kKeyTile>(k_ + (k0 + j) * head_dim_, head_dim_, qt_, s + j * Q);
+    for (; j < keys; ++j) Tile<Ops>::template score_keys<1>(k_ + (k0 + j) * head_dim_, head_dim_, qt_, s + j * Q);
+  }
+
+ private:
+  const T* q_;
+  const float* k_;
+  int64_t head_dim_;
+  float* qt_;
+};
+
+// Int8 (AttentionScores::Int8): the job's keys and queries quantized once
+// (Ops::quantize), a tile packed when it starts, the tier's integer kernel
+// (Ops::score_int8).
+template <class Ops>
+class Int8Scores {
+ public:
+  static constexpr int Q = Tile<Ops>::Q;
+  explicit Int8Scores(const Job& job) : op_(prepare_int8_scores(job, Q, Ops::quantize)), query_begin_(job.query_begin) {}
+  void start_tile(int64_t first, int64_t count) { pack_query_tile_int8(op_, first - query_begin_, count, Q); }
+  void score(int64_t k0, int64_t keys, float* s) const { Ops::score_int8(op_, k0, keys, s); }
+
+ private:
+  Int8Operands op_;
+  int64_t query_begin_;
+};
+
+// The whole block on Ops' vectors: scores from `scores`, softmax and the
+// weighted sum of the values in float32.
+template <class Ops, class T, class Scores>
+void attend_with(const Job& job, Scores& scores, Scratch& buffers) {
   using TileOps = Tile<Ops>;
   using V = typename Ops::Vec;
   constexpr int W = Ops::kWidth, Q = TileOps::Q, kQueryVectors = Ops::kQueryVectors;
   constexpr int64_t kKeyBlock = Ops::kKeyBlock;
   const int64_t head_dim = job.head_dim, length = job.length;
-  Scratch& buffers = scratch();
-  const float* k = as_floats(static_cast<const T*>(job.k), length * head_dim, buffers.keys);
   const float* v = as_floats(static_cast<const T*>(job.v), length * head_dim, buffers.values);
-  buffers.tile.resize(size_t(2 * head_dim * Q + kKeyBlock * Q + Q));
-  float* qt = buffers.tile.data();
-  float* ot = qt + head_dim * Q;
+  buffers.tile.resize(size_t(head_dim * Q + kKeyBlock * Q + Q));
+  float* ot = buffers.tile.data();
   float* s = ot + head_dim * Q;
   float* sums = s + kKeyBlock * Q;
   const auto keep = [](V x) { return x; };
   const int64_t end = job.query_begin + job.queries;
   for (int64_t q0 = job.query_begin; q0 < end; q0 += Q) {
     const int64_t count = std::min<int64_t>(Q, end - q0);
-    load_query_tile(static_cast<const T*>(job.q), head_dim, q0, count, Q, qt);
+    scores.start_tile(q0, count);
     std::fill(ot, ot + head_dim * Q, 0.0f);
     V max[kQueryVectors], sum[kQueryVectors], alpha[kQueryVectors];
     for (int u = 0; u < kQueryVectors; ++u) max[u] = Ops::set1(-INFINITY), sum[u] = Ops::zero();
     for (int64_t k0 = 0; k0 < length; k0 += kKeyBlock) {
       const int64_t keys = std::min(kKeyBlock, length - k0);
-      int64_t j = 0;
-      for (; j + Ops::kKeyTile <= keys; j += Ops::kKeyTile)
-        TileOps::template score_keys<Ops::kKeyTile>(k + (k0 + j) * head_dim, head_dim, qt, s + j * Q);
-      for (; j < keys; ++j) TileOps::template score_keys<1>(k + (k0 + j) * head_dim, head_dim, qt, s + j * Q);
+      scores.score(k0, keys, s);
       TileOps::softmax_block(s, keys, job.scale, max, sum, alpha, keep);
       int64_t d = 0;
       for (; d + Ops::kDimTile <= head_dim; d += Ops::kDimTile)
@@ -197,6 +303,19 @@ void attend_f32(const Job& job) {
     }
     for (int u = 0; u < kQueryVectors; ++u) Ops::store(sums + u * W, sum[u]);
     store_output(ot, sums, head_dim, count, Q, static_cast<T*>(job.out) + q0 * job.out_stride, job.out_stride);
+  }
+}
+
+// The whole block in float32 on Ops' vectors (the scores as the job says).
+template <class Ops, class T>
+void attend_f32(const Job& job) {
+  Scratch& buffers = scratch();
+  if (job.int8_scores) {
+    Int8Scores<Ops> scores(job);
+    attend_with<Ops, T>(job, scores, buffers);
+  } else {
+    FloatScores<Ops, T> scores(job, buffers);
+    attend_with<Ops, T>(job, scores, buffers);
   }
 }
 

@@ -70,7 +70,7 @@ at::Tensor vision_linear(const at::Tensor& x, const tensor::LinearWeight& weight
 
 VisionBlocks::VisionBlocks(const VisionConfig& cfg, const std::map<std::string, at::Tensor>& params,
                            const Int8Weights* int8)
-    : cfg_(cfg) {
+    : attention_scores(int8 ? kernels::AttentionScores::Int8 : kernels::AttentionScores::Float), cfg_(cfg) {
   if (cfg.hidden_act != "gelu_pytorch_tanh")
     throw Error(fmt::format("config.json: vision hidden_act '{}' is not supported (gelu_pytorch_tanh)",
                             cfg.hidden_act));
@@ -121,7 +121,8 @@ at::Tensor VisionBlocks::attention(const at::Tensor& qkv, const VisionPositions&
   }
   const float scale = 1.0f / std::sqrt(float(head_dim));
   at::Tensor out = at::empty({n, heads, head_dim}, qkv.options());
-  const kernels::AttentionTensors tensors{q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), n, heads, head_dim};
+  const kernels::AttentionTensors tensors{q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), n, heads, head_dim,
+                                          attention_scores};
   at::parallel_for(0, int64_t(tasks.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const Task& t = tasks[size_t(i)];

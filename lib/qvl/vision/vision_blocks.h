@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "qvl/kernels/attention.h"
 #include "qvl/kernels/quant.h"
 #include "qvl/model/config.h"
 #include "qvl/tensor/linear.h"
@@ -45,8 +46,9 @@ class VisionBlocks {
  public:
   // params: by the module's names ("blocks.3.attn.qkv.weight", ...); int8:
   // the linears' int8 matrices by the same names (they must outlive the
-  // blocks; such weights need not be in params). Throws qvl::Error naming the
-  // first missing or misshapen one.
+  // blocks; such weights need not be in params), which also makes attention's
+  // scores int8 (attention_scores). Throws qvl::Error naming the first missing
+  // or misshapen one.
   VisionBlocks(const VisionConfig& cfg, const std::map<std::string, at::Tensor>& params,
                const Int8Weights* int8 = nullptr);
 
@@ -56,6 +58,9 @@ class VisionBlocks {
 
   // Queries per attention task (kernels/attention.h: one block of one head).
   int64_t query_chunk = 512;
+  // How attention computes q·k (kernels/attention.h): int8 when the linears
+  // are (int8 vision, `--quant int8`), float as the bf16 path otherwise.
+  kernels::AttentionScores attention_scores = kernels::AttentionScores::Float;
 
  private:
   struct Block {
