@@ -143,18 +143,17 @@ TEST_CASE("thread tuner: a probe needs to be clearly faster") {
 
 TEST_CASE("thread tuner: forgotten timings are not compared with") {
   ThreadTuner tuner = tuner_for(2);
-  for (int i = 0; i < 4; ++i) tuner.record(2, 1.0, 2 * 0.5);
+  for (int i = 0; i < 8; ++i) tuner.record(2, 3.0, 2 * 3.0 * 0.5);  // slow steps, waiting for cores
   REQUIRE(tuner.next_threads() == 1);
-  tuner.forget_timings();  // e.g. the batch grew: new steps take longer
-  for (int i = 0; i < 3; ++i) {
-    CHECK(tuner.next_threads() == 2);
-    tuner.record(2, 3.0, 2 * 3.0 * 0.5);
+  tuner.forget_timings();  // e.g. the batch shrank: new steps take less
+  for (int i = 0; i < 4; ++i) {
+    CHECK(tuner.next_threads() == 2);  // a probe waits for steps to compare with
+    tuner.record(2, 1.0, 2 * 1.0 * 0.5);
   }
-  CHECK(tuner.next_threads() == 2);  // 3 steps do not make a median
-  tuner.record(2, 3.0, 2 * 3.0 * 0.5);
-  CHECK(tuner.next_threads() == 1);
-  tuner.record(1, 2.0, 2.0);  // slower than the 1.0 before the batch grew, faster than 3.0
-  CHECK(tuner.next_threads() == 1);
+  REQUIRE(tuner.next_threads() == 1);
+  tuner.record(1, 2.0, 2.0);  // faster than the forgotten steps, slower than the new ones
+  CHECK(tuner.next_threads() == 2);  // lost: no second probe
+  CHECK(tuner.switches() == 0);
 }
 
 TEST_CASE("thread tuner: one configured thread stays one") {

@@ -71,11 +71,6 @@ void ThreadTuner::record(int threads, double wall_s, double cpu_s) {
   recent_.push_back({wall_s, share});
   if (int(recent_.size()) > options_.window) recent_.pop_front();
   ++since_probe_;
-  // Other work has just taken the cores: try fewer threads soon, whatever
-  // the probes found while the cores were free.
-  const bool waiting = waiting_for_cores();
-  if (waiting && !was_waiting_) gap_ = options_.first_gap;
-  was_waiting_ = waiting;
 }
 
 void ThreadTuner::switch_to(int threads) {
@@ -85,7 +80,6 @@ void ThreadTuner::switch_to(int threads) {
   probing_ = 0;
   gap_ = options_.first_gap;
   since_probe_ = 0;
-  was_waiting_ = waiting_for_cores();
   ++switches_;
 }
 
@@ -94,7 +88,6 @@ void ThreadTuner::forget_timings() {
   wins_.clear();
   probing_ = 0;
   since_probe_ = 0;
-  was_waiting_ = false;
 }
 
 }  // namespace qvl

@@ -72,7 +72,6 @@ class ThreadTuner {
   std::deque<Step> wins_;      // that probe's winning steps
   int gap_;                    // steps at current_ before the next probe
   int since_probe_ = 0;        // steps at current_ since the last probe (or switch)
-  bool was_waiting_ = false;
   int64_t switches_ = 0, probes_ = 0;
 };
 
