@@ -22,9 +22,10 @@ double process_cpu_seconds() {
 // on the thread count it asks for: at::set_num_threads sets this thread's
 // OpenMP count, which every region the step opens takes (the kernels' and
 // ATen's, which have no num_threads clause), and ATen's own record of it;
-// set between steps, it holds for a whole step. The configured count is back
-// when the loop ends, for the next prefill (compute-bound: it keeps its
-// threads beside other work, docs/PERFORMANCE.md).
+// set between steps, it holds for a whole step. Prefills keep the configured
+// count (compute-bound, they gain nothing from fewer threads beside other
+// work, docs/PERFORMANCE.md): start_reply() sets it back for a request that
+// joins a running batch, and the loop's end for the next question.
 class DecoderSteps : public DecodeModel {
  public:
   DecoderSteps(Decoder& decoder, int64_t max_context, ThreadTuner* tuner, std::map<int, int64_t>& steps_by_threads)
@@ -32,10 +33,9 @@ class DecoderSteps : public DecodeModel {
         max_context_(max_context),
         tuner_(tuner),
         steps_by_threads_(steps_by_threads),
-        configured_(at::get_num_threads()),
-        threads_(configured_) {}
+        configured_(at::get_num_threads()) {}
   ~DecoderSteps() override {
-    if (threads_ != configured_) at::set_num_threads(configured_);
+    if (at::get_num_threads() != configured_) at::set_num_threads(configured_);
   }
   DecoderSteps(const DecoderSteps&) = delete;
   DecoderSteps& operator=(const DecoderSteps&) = delete;
@@ -46,9 +46,8 @@ class DecoderSteps : public DecodeModel {
       // More or fewer sequences per step: step times change with them.
       if (int64_t(sequences.size()) != batch_) tuner_->forget_timings();
       batch_ = int64_t(sequences.size());
-      const int threads = tuner_->next_threads();
-      if (threads != threads_) at::set_num_threads(threads);
-      threads_ = threads;
+      threads_ = tuner_->next_threads();
+      if (threads_ != at::get_num_threads()) at::set_num_threads(threads_);
     }
     const auto t0 = Clock::now();
     const double cpu0 = tuner_ ? process_cpu_seconds() : 0;
@@ -66,7 +65,7 @@ class DecoderSteps : public DecodeModel {
   ThreadTuner* tuner_;  // null: every step on the configured count
   std::map<int, int64_t>& steps_by_threads_;
   const int configured_;
-  int threads_;         // what the steps run on now
+  int threads_ = configured_;  // what the last step ran on
   int64_t batch_ = 0;   // sequences in the last step
   at::Tensor logits_;   // [B, vocab] float32 of the last step
 };
@@ -92,6 +91,9 @@ std::unique_ptr<Reply> Session::Impl::start_reply(int64_t sequence, SequenceStat
                                                   const std::vector<PatchifiedImage>& images, Answer& answer,
                                                   const SamplingOptions& sampling, Clock::time_point t_start,
                                                   const TextCallback& on_text) {
+  // A request joining a running batch prefills on the configured threads,
+  // whatever the decode steps ran on.
+  if (thread_tuner && at::get_num_threads() != thread_tuner->most()) at::set_num_threads(thread_tuner->most());
   const auto t_vision = Clock::now();
   const std::optional<VisionFeatures> features = image_features(images);
   if (features) answer.timings.vision_s = seconds_since(t_vision);
