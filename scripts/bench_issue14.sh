@@ -6,7 +6,8 @@
 # BEFORE_QUANTS: the quantizations the "before" binary knows (default none,int8:
 # 7cbf335 predates int4; set none,int8,int4 for a newer one). Only flags
 # 7cbf335 knew are given to it (no --no-probe). PARTS: which parts to run
-# (default "img text fair pcache avx2"). All of them take ~16 minutes.
+# (default "img text fair pcache avx2"; "tune" is extra: the decode thread
+# tuner, ~5 minutes). All the default parts take ~16 minutes.
 # PCACHE_BEFORE=1: the prompt-cache part also runs the "before" binary.
 set -u
 B=${BEFORE:?old qvl binary}; A=${AFTER:-build/apps/qvl}; M=${MODEL:?2B-shaped model folder}
@@ -34,6 +35,15 @@ part fair && for r in 1 2; do
     log "fair busy $who r$r"; "$bin" bench --model "$M" --prompt "$P" --load eager --quant none --repeat 1 -n 32 "${extra[@]}" --json > "$out/fair-busy-$who-$r.json" 2> "$out/fair-busy-$who-$r.err"
     kill $busy; wait $busy 2>/dev/null
   done
+done
+# The decode thread tuner (fair8): 64 tokens so it has steps to settle, bf16
+# and int8, alone and beside bench's own busy loop, the two binaries
+# alternating (the "before" one needs --contend and --no-probe: c22ec0e on).
+part tune && for r in 1 2 3; do
+  for n in 0 1; do for q in none int8; do for who in before after; do
+    bin=$B; [ $who = after ] && bin=$A
+    log "tune contend=$n $q $who r$r"; "$bin" bench --model "$M" --prompt "$P" --load eager --quant $q --repeat 1 -n 64 --contend $n --no-probe --json > "$out/tune-c$n-$q-$who-$r.json" 2> "$out/tune-c$n-$q-$who-$r.err"
+  done; done; done
 done
 # Prompt cache: one cold question, then three others about the same image, by
 # the "after" binary, and by "before" too when PCACHE_BEFORE=1 (it must know

@@ -102,6 +102,9 @@ int run_bench_child(const RunFlags& f) {
   sampling.ignore_eos = true;
   const Answer a = session.ask(turn, sampling);
   const int64_t peak_rss_one = peak_rss_mb();
+  const SessionStats after_ask = session.stats();
+  nlohmann::json steps_by_threads = nlohmann::json::object();
+  for (const auto& [threads, steps] : after_ask.decode_steps_by_threads) steps_by_threads[std::to_string(threads)] = steps;
   nlohmann::json run = {
       {"mode", f.model.load},
       {"dtype", f.model.dtype},
@@ -121,6 +124,13 @@ int run_bench_child(const RunFlags& f) {
       {"decode_tok_s", a.decode_tokens_per_s()},
       {"ttft_s", a.timings.ttft_s},
       {"stop_reason", a.stop_reason},
+      // How many threads the decode steps ran on (session/session.h): adapt
+      // is false with --threads, in float32 and on one core.
+      {"decode_threads",
+       {{"adapt", after_ask.threads_adapt},
+        {"steps", steps_by_threads},
+        {"probes", after_ask.thread_probes},
+        {"switches", after_ask.thread_switches}}},
   };
   // The work behind the figures (model/model_cost.h), for the efficiency fields.
   const ModelConfig& cfg = session.config();

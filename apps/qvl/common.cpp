@@ -158,6 +158,7 @@ SessionOptions make_session_options(const ModelOptions& o) {
   s.max_context = o.max_context;
   s.max_memory_mb = o.max_memory_mb;
   s.threads = o.threads;
+  s.adapt_threads = o.threads == 0;  // the user's count is kept as it is
   const ImageBounds bounds = image_bounds(o);
   s.min_pixels = bounds.min_pixels;
   s.max_pixels = bounds.max_pixels;
@@ -248,7 +249,9 @@ std::string read_stdin() {
 
 void add_model_options(CLI::App* cmd, ModelOptions& o) {
   cmd->add_option("--model", o.model_dir, "Model folder (default: $QVL_MODEL or models/Qwen3-VL-2B-Instruct)");
-  cmd->add_option("--threads", o.threads, "Worker threads (default: all cores; at most 4 x the cores)")
+  cmd->add_option("--threads", o.threads,
+                  "Worker threads, kept as given (default: all cores, and decoding uses fewer while other "
+                  "processes keep them busy; at most 4 x the cores)")
       ->check(thread_count());
   cmd->add_option("--dtype", o.dtype, "Compute dtype (bf16 is fast; f32 matches the reference exactly)")
       ->check(CLI::IsMember({"bf16", "f32"}))

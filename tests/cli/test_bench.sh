@@ -55,6 +55,13 @@ for r in rows:
     assert abs(e["vision"] - want) <= 1e-9 * want, f"{where}: vision efficiency {e['vision']} != {want}"
     assert all(positive(v) for v in e.values()), f"{where}: efficiency {e}"
     assert run["contenders"] == 0, f"{where}: {run['contenders']} contenders without --contend"
+    # The decode steps (4 tokens: the first comes from the prefill) by thread
+    # count: a bf16 run without --threads lets the tuner choose in 1..threads.
+    dt = run["decode_threads"]
+    assert dt["adapt"] is True, f"{where}: decode_threads {dt}"
+    assert sum(dt["steps"].values()) == 3, f"{where}: decode steps {dt['steps']}, expected 3"
+    assert all(1 <= int(t) <= m["threads"] for t in dt["steps"]), f"{where}: steps on {sorted(dt['steps'])} threads"
+    assert dt["switches"] <= dt["probes"], f"{where}: {dt}"
 # Bytes per decode token, worked out by hand in tests/unit/test_model_cost.cpp:
 # bf16 2 x (5095424 matrix + 1312 vector elements); int8 pads the tiny model's
 # 32-wide rows to groups of 128 bytes (+ a float scale each), so it is larger;
@@ -86,8 +93,24 @@ for r in rows:
     # --no-probe: the machine is named but not measured, so no efficiency.
     assert r["machine"]["threads"] >= 1 and "read_gb_s" not in r["machine"], f"{r['dtype']}: machine {r['machine']}"
     assert r["efficiency"] == {}, f"{r['dtype']}: efficiency {r['efficiency']} without a probe"
+    # float32 keeps its thread count (OpenBLAS's threads do its matmuls).
+    if r["dtype"] == "f32":
+        for run in r["runs"]:
+            assert run["decode_threads"]["adapt"] is False, f"f32: decode_threads {run['decode_threads']}"
 print("ok: text-only medians and minima follow from the runs")
 PY
+
+# --threads 2: the user's count, kept for every step (no tuner).
+"$QVL" bench --model "$MODEL" --load eager --quant none,int8 --repeat 1 -n 3 --threads 2 --no-probe --json \
+  > "$TMP/threads2.json" 2> "$TMP/threads2.err"
+rc=$?
+check "--threads 2 exits 0" "[ $rc -eq 0 ] || { cat '$TMP/threads2.err'; false; }"
+check "... and decodes every step on 2 threads, without a tuner" "python3 -c '
+import json, sys
+for r in json.load(open(sys.argv[1])):
+    dt = r[\"runs\"][0][\"decode_threads\"]
+    assert dt == {\"adapt\": False, \"steps\": {\"2\": 2}, \"probes\": 0, \"switches\": 0}, dt
+' '$TMP/threads2.json'"
 
 # The table: a header and one row per mode.
 "$QVL" bench --model "$MODEL" --image "$DATA/images/small.png" --repeat 1 -n 2 --no-probe > "$TMP/table.txt" 2> "$TMP/table.err"

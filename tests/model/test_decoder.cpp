@@ -323,6 +323,31 @@ TEST_CASE("decoder bf16: same top-1 as float32, logits within the reference's ow
   }
 }
 
+TEST_CASE("decoder bf16: the thread count may change between decode steps (the thread tuner does)") {
+  // Every decode kernel gives each output to one thread, summed in one order,
+  // so a step's logits do not depend on how many threads ran it.
+  const int configured = at::get_num_threads(), many = std::max(2, configured);
+  Decoder dec = make_decoder(at::kBFloat16);
+  const Prompt p = load_prompt("one_image");
+  const int64_t next = p.positions.max().item<int64_t>() + 1;
+  auto steps = [&](const std::function<int(int)>& threads_at) {
+    dec.reset();
+    std::vector<at::Tensor> out = {dec.prefill(0, p.embeds, p.positions, p.deepstack_ptr())};
+    for (int s = 0; s < 8; ++s) {
+      at::set_num_threads(threads_at(s));
+      out.push_back(dec.decode({0}, {int32_t(top1(out.back()))}, {next + s})[0]);
+    }
+    at::set_num_threads(configured);
+    return out;
+  };
+  const std::vector<at::Tensor> steady = steps([&](int) { return many; });
+  const std::vector<at::Tensor> changing = steps([&](int s) { return s % 3 == 1 ? 1 : many; });
+  for (size_t s = 0; s < steady.size(); ++s) {
+    CAPTURE(s);
+    CHECK(at::equal(steady[s], changing[s]));
+  }
+}
+
 TEST_CASE("decoder lazy and eager loading give identical results") {
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
     CAPTURE(dtype);

@@ -162,6 +162,12 @@ SessionStats Session::stats() const {
   s.cached_tokens = impl_->decoder.cached();
   s.decoded_tokens = impl_->generation_stats.decoded_tokens;
   s.decode_s = impl_->generation_stats.decode_s;
+  s.decode_steps_by_threads = impl_->decode_steps_by_threads;
+  s.threads_adapt = impl_->adapts_threads();
+  if (impl_->thread_tuner) {
+    s.thread_probes = impl_->thread_tuner->probes();
+    s.thread_switches = impl_->thread_tuner->switches();
+  }
   s.peak_rss_mb = peak_rss_mb();
   return s;
 }

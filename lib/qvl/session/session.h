@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,6 +30,10 @@ struct SessionOptions {
   int64_t max_context = 4096;
   int64_t max_memory_mb = 0;   // refuse what would not fit; 0: MemAvailable at start
   int threads = 0;             // for the memory estimate; configure_threads() (threads.h) sets them
+  // Decode steps may run on fewer threads than configured while other work
+  // keeps the cores busy and that is faster (generate/thread_tuner.h). bf16
+  // only; front ends turn it off when the user chose a thread count.
+  bool adapt_threads = true;
   int64_t min_pixels = 0;      // 0: preprocessor_config.json
   int64_t max_pixels = 0;
   int64_t max_image_tokens = 0;  // > 0: images resized to at most this many tokens (image/image_budget.h)
@@ -86,6 +91,14 @@ struct SessionStats {
   // decoder and the wall time of those steps, sampling included.
   int64_t decoded_tokens = 0;
   double decode_s = 0;
+  // Those steps by the threads they ran on; whether a thread tuner chooses
+  // that count (SessionOptions::adapt_threads, in a bf16 session with more
+  // than one thread), and what it did: steps it tried at another count,
+  // times it changed the count.
+  std::map<int, int64_t> decode_steps_by_threads;
+  bool threads_adapt = false;
+  int64_t thread_probes = 0;
+  int64_t thread_switches = 0;
 };
 
 // One independent question for Session::ask_batch: a conversation of one turn.

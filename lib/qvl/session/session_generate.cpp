@@ -2,19 +2,58 @@
 // start_reply() prefills a prompt into a decoder sequence, generate() runs the
 // generation loop (generate/generation_loop.h) over the decoder.
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <ctime>
+#include <map>
 
 #include "qvl/session/session_internal.h"
 
 namespace qvl {
 namespace {
 
-// The decoder as the generation loop sees it.
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
+}
+
+// The decoder as the generation loop sees it. With a tuner, each step runs
+// on the thread count it asks for: at::set_num_threads sets this thread's
+// OpenMP count, which every region the step opens takes (the kernels' and
+// ATen's, which have no num_threads clause), and ATen's own record of it;
+// set between steps, it holds for a whole step. Prefills keep the configured
+// count (compute-bound, they gain nothing from fewer threads beside other
+// work, docs/PERFORMANCE.md): start_reply() sets it back for a request that
+// joins a running batch, and the loop's end for the next question.
 class DecoderSteps : public DecodeModel {
  public:
-  DecoderSteps(Decoder& decoder, int64_t max_context) : decoder_(decoder), max_context_(max_context) {}
+  DecoderSteps(Decoder& decoder, int64_t max_context, ThreadTuner* tuner, std::map<int, int64_t>& steps_by_threads)
+      : decoder_(decoder),
+        max_context_(max_context),
+        tuner_(tuner),
+        steps_by_threads_(steps_by_threads),
+        configured_(at::get_num_threads()) {}
+  ~DecoderSteps() override {
+    if (at::get_num_threads() != configured_) at::set_num_threads(configured_);
+  }
+  DecoderSteps(const DecoderSteps&) = delete;
+  DecoderSteps& operator=(const DecoderSteps&) = delete;
+
   const float* decode(const std::vector<int64_t>& sequences, const std::vector<int32_t>& tokens,
                       const std::vector<int64_t>& positions) override {
+    if (tuner_) {
+      // More or fewer sequences per step: step times change with them.
+      if (int64_t(sequences.size()) != batch_) tuner_->forget_timings();
+      batch_ = int64_t(sequences.size());
+      threads_ = tuner_->next_threads();
+      if (threads_ != at::get_num_threads()) at::set_num_threads(threads_);
+    }
+    const auto t0 = Clock::now();
+    const double cpu0 = tuner_ ? process_cpu_seconds() : 0;
     logits_ = decoder_.decode(sequences, tokens, positions).contiguous();
+    if (tuner_) tuner_->record(threads_, seconds_since(t0), process_cpu_seconds() - cpu0);
+    ++steps_by_threads_[threads_];
     return logits_.data_ptr<float>();
   }
   int64_t vocab() const override { return decoder_.config().vocab_size; }
@@ -23,7 +62,12 @@ class DecoderSteps : public DecodeModel {
  private:
   Decoder& decoder_;
   int64_t max_context_;
-  at::Tensor logits_;  // [B, vocab] float32 of the last step
+  ThreadTuner* tuner_;  // null: every step on the configured count
+  std::map<int, int64_t>& steps_by_threads_;
+  const int configured_;
+  int threads_ = configured_;  // what the last step ran on
+  int64_t batch_ = 0;   // sequences in the last step
+  at::Tensor logits_;   // [B, vocab] float32 of the last step
 };
 
 std::vector<float> to_floats(const at::Tensor& logits) {
@@ -47,6 +91,9 @@ std::unique_ptr<Reply> Session::Impl::start_reply(int64_t sequence, SequenceStat
                                                   const std::vector<PatchifiedImage>& images, Answer& answer,
                                                   const SamplingOptions& sampling, Clock::time_point t_start,
                                                   const TextCallback& on_text) {
+  // A request joining a running batch prefills on the configured threads,
+  // whatever the decode steps ran on.
+  if (thread_tuner && at::get_num_threads() != thread_tuner->most()) at::set_num_threads(thread_tuner->most());
   const auto t_vision = Clock::now();
   const std::optional<VisionFeatures> features = image_features(images);
   if (features) answer.timings.vision_s = seconds_since(t_vision);
@@ -63,9 +110,24 @@ std::unique_ptr<Reply> Session::Impl::start_reply(int64_t sequence, SequenceStat
                                  options.keep_first_logits);
 }
 
+bool Session::Impl::adapts_threads() const {
+  // float32 runs keep their count: OpenBLAS's own threads do their matmuls.
+  return options.adapt_threads && options.dtype == ComputeDtype::BF16 && at::get_num_threads() > 1;
+}
+
 void Session::Impl::generate(std::vector<std::unique_ptr<Reply>> running, const RefillReplies& refill,
                              const FinishedReply& on_finished) {
-  DecoderSteps steps(decoder, options.max_context);
+  ThreadTuner* tuner = nullptr;
+  if (adapts_threads()) {
+    const int configured = at::get_num_threads();
+    if (!thread_tuner || thread_tuner->most() != configured) {
+      ThreadTuner::Options o;
+      o.most = configured;
+      thread_tuner.emplace(o);
+    }
+    tuner = &*thread_tuner;
+  }
+  DecoderSteps steps(decoder, options.max_context, tuner, decode_steps_by_threads);
   generate_replies(steps, std::move(running), refill, on_finished, generation_stats);
 }
 

@@ -18,6 +18,7 @@
 #include "qvl/generate/generation_loop.h"
 #include "qvl/generate/reply.h"
 #include "qvl/generate/sampler.h"
+#include "qvl/generate/thread_tuner.h"
 #include "qvl/io/safetensors.h"
 #include "qvl/model/memory_budget.h"
 #include "qvl/session/feature_cache.h"
@@ -71,6 +72,11 @@ struct Session::Impl {
   bool assistant_turn_open = false; // the last answer still needs its <|im_end|>
   SessionStats stats;
   GenerationStats generation_stats;  // the decode steps of ask() and ask_batch()
+  std::map<int, int64_t> decode_steps_by_threads;
+  // Chooses the decode steps' thread count (options.adapt_threads); kept from
+  // one answer to the next, made at the first with the configured count.
+  std::optional<ThreadTuner> thread_tuner;
+  bool adapts_threads() const;  // whether the decode steps have a tuner
   FeatureCache feature_cache;  // vision features of recent images
   std::map<std::string, std::shared_ptr<const std::vector<uint8_t>>> provided_images;  // by image part name
   std::unique_ptr<PromptCache> prompt_cache;  // opened at the first prompt with an image (options.prompt_cache)
