@@ -110,19 +110,24 @@ TEST_CASE("share_row_ranges covers every row once, each thread first walking its
 }
 
 TEST_CASE("share_row_ranges: a thread left behind does not hold up its share") {
-  // Thread 0 stalls in its first piece; the other finishes its own share, then
-  // takes what is left of thread 0's. A fixed split would leave 0 half the rows.
+  // Thread 0 stalls in its first piece (as if descheduled) until the other
+  // has done every other row; the other finishes its own share, then takes
+  // what is left of thread 0's. With a fixed split the other never does, and
+  // thread 0 gives up after 10 s with half the rows. (Sleeping, not spinning:
+  // on a loaded machine the other thread may need this core.)
   ThreadCount t(2);
   if (omp_get_max_threads() < 2) return;
   const int64_t rows = 4096, row_bytes = kClaimBytes / 8;  // pieces of 8 rows
   std::vector<int> owner(size_t(rows), -1);
+  std::atomic<int64_t> done_by_other{0};
   share_row_ranges(rows, row_bytes, [&](int64_t begin, int64_t end) {
     if (omp_get_thread_num() == 0 && begin == 0) {
-      const double until = omp_get_wtime() + 0.2;
-      while (omp_get_wtime() < until) {
-      }
+      const double until = omp_get_wtime() + 10;
+      while (done_by_other.load() < rows - (end - begin) && omp_get_wtime() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     for (int64_t i = begin; i < end; ++i) owner[size_t(i)] = omp_get_thread_num();
+    if (omp_get_thread_num() == 1) done_by_other += end - begin;
   });
   int64_t by_other = 0;
   for (int o : owner) by_other += o == 1;
