@@ -81,14 +81,12 @@ DecoderWeights::DecoderWeights(const Checkpoint& ckpt, const TextConfig& cfg, co
     populate_all(PrefetchOptions{threads, 0});
     load_globals();
     for (size_t i = 0; i < layers_.size(); ++i) load_layer(static_cast<int64_t>(i));
-  } else if (opts.prefetch && !(ckpt.populating_started() && !quantized())) {
+  } else if (opts.prefetch) {
     // One thread at nice +10: it fills the core the single-threaded work after
     // ready leaves idle and yields to everything else. Two threads at full
     // priority were tried for the warm prompt-cache question (docs/PERFORMANCE.md,
     // "Start-up: populating the decoder's pages"): what the prefill gained, the
-    // image decoding and the prompt-cache load lost. Not needed when the
-    // checkpoint, opened while the process started, is populating these same
-    // weights already (model/early_checkpoint.h).
+    // image decoding and the prompt-cache load lost.
     prefetch_ = std::make_unique<PagePrefetcher>(forward_byte_order(), PrefetchOptions{1, 10});
   }
 }

@@ -74,7 +74,6 @@ class Checkpoint {
   void start_populating(std::vector<ByteRange> ranges, const PrefetchOptions& options);
   // Waits for that, and returns the bytes it populated (0 if it never started).
   size_t finish_populating();
-  bool populating_started() const { return populating_ != nullptr; }
 
  private:
   std::string dir_;
