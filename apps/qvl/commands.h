@@ -20,9 +20,6 @@ enum ExitCode : int {
   kInterrupted = 130,
 };
 
-// Where the model folder is when neither --model nor $QVL_MODEL says.
-inline constexpr const char* kDefaultModelDir = "models/Qwen3-VL-2B-Instruct";
-
 // Options shared by every command that loads the model.
 struct ModelOptions {
   std::string model_dir;   // --model, else $QVL_MODEL, else models/Qwen3-VL-2B-Instruct

@@ -247,6 +247,8 @@ std::string read_stdin() {
 
 // --- Options every model command shares, and where the model folder is.
 
+static const char* kDefaultModelDir = "models/Qwen3-VL-2B-Instruct";
+
 void add_model_options(CLI::App* cmd, ModelOptions& o) {
   cmd->add_option("--model", o.model_dir, "Model folder (default: $QVL_MODEL or models/Qwen3-VL-2B-Instruct)");
   cmd->add_option("--threads", o.threads,

@@ -10,7 +10,6 @@
 #include <set>
 
 #include "qvl/error.h"
-#include "qvl/io/page_prefetch.h"
 #include "qvl/io/paths.h"
 
 namespace qvl {
@@ -195,20 +194,6 @@ Checkpoint::Checkpoint(const std::string& model_dir) : dir_(model_dir) {
     if (it == index_.end())
       throw Error(model_dir + "/" + shard + ": tensor '" + name + "' listed in the index is missing (truncated or wrong shard?)");
   }
-}
-
-Checkpoint::~Checkpoint() = default;
-Checkpoint::Checkpoint(Checkpoint&&) noexcept = default;
-Checkpoint& Checkpoint::operator=(Checkpoint&&) noexcept = default;
-
-void Checkpoint::start_populating(std::vector<ByteRange> ranges, const PrefetchOptions& options) {
-  populating_ = std::make_unique<PagePrefetcher>(std::move(ranges), options);
-}
-
-size_t Checkpoint::finish_populating() {
-  if (!populating_) return 0;
-  populating_->wait();
-  return populating_->bytes_done();
 }
 
 const TensorView* Checkpoint::find(const std::string& name) const {

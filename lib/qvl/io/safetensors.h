@@ -13,10 +13,6 @@
 
 namespace qvl {
 
-class PagePrefetcher;
-struct ByteRange;
-struct PrefetchOptions;
-
 enum class DType { BF16, F16, F32, F64, I64, I32, I16, I8, U8, BOOL };
 
 size_t dtype_size(DType t);
@@ -56,9 +52,6 @@ class SafetensorsFile {
 class Checkpoint {
  public:
   explicit Checkpoint(const std::string& model_dir);  // throws qvl::Error
-  ~Checkpoint();
-  Checkpoint(Checkpoint&&) noexcept;
-  Checkpoint& operator=(Checkpoint&&) noexcept;
   const TensorView* find(const std::string& name) const;
   const TensorView& get(const std::string& name) const;  // throws naming the tensor
   std::vector<std::string> names() const;
@@ -66,20 +59,11 @@ class Checkpoint {
   // A short fingerprint of the headers, sizes and modification times of every
   // shard: cheap to compute, changes whenever the weights are replaced.
   std::string fingerprint() const;
-  const std::string& dir() const { return dir_; }
-
-  // Maps `ranges` (inside this checkpoint's files) into the page tables on
-  // background threads (io/page_prefetch.h) until done; destroying the
-  // checkpoint stops them before its files are unmapped.
-  void start_populating(std::vector<ByteRange> ranges, const PrefetchOptions& options);
-  // Waits for that, and returns the bytes it populated (0 if it never started).
-  size_t finish_populating();
 
  private:
   std::string dir_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, const TensorView*> index_;
-  std::unique_ptr<PagePrefetcher> populating_;  // declared last: stopped before the files are unmapped
 };
 
 // Writes tensors to a new safetensors file (used by `preprocess --out`,

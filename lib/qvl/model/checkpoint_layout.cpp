@@ -28,10 +28,7 @@ class LayoutBuilder {
   std::vector<ExpectedTensor> out_;
 };
 
-// Plain characters, not a std::string: early_checkpoint.cpp runs this file's
-// code on a thread started before main(), when the executable's own static
-// initializers may not have run yet.
-constexpr const char* kTextRoot = "model.language_model";
+const std::string kTextRoot = "model.language_model";
 
 void add_text_model(const TextConfig& t, LayoutBuilder& b) {
   const TextGlobalTensors g = text_global_tensors(t);
@@ -82,7 +79,7 @@ bool is_float_dtype(DType t) { return t == DType::BF16 || t == DType::F16 || t =
 }  // namespace
 
 TextLayerTensors text_layer_tensors(const TextConfig& t, int64_t layer) {
-  const std::string p = std::string(kTextRoot) + ".layers." + std::to_string(layer) + ".";
+  const std::string p = kTextRoot + ".layers." + std::to_string(layer) + ".";
   const int64_t q_width = t.num_attention_heads * t.head_dim;
   const int64_t kv_width = t.num_key_value_heads * t.head_dim;
   // A torch nn.Linear stores its weight as [out, in].
@@ -111,8 +108,8 @@ TextLayerTensors text_layer_tensors(const TextConfig& t, int64_t layer) {
 
 TextGlobalTensors text_global_tensors(const TextConfig& t) {
   TextGlobalTensors g;
-  g.embed_tokens = {std::string(kTextRoot) + ".embed_tokens.weight", {t.vocab_size, t.hidden_size}};
-  g.final_norm = {std::string(kTextRoot) + ".norm.weight", {t.hidden_size}};
+  g.embed_tokens = {kTextRoot + ".embed_tokens.weight", {t.vocab_size, t.hidden_size}};
+  g.final_norm = {kTextRoot + ".norm.weight", {t.hidden_size}};
   if (!t.tie_word_embeddings) g.lm_head = {"lm_head.weight", {t.vocab_size, t.hidden_size}};
   return g;
 }

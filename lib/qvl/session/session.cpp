@@ -21,7 +21,6 @@
 #include "qvl/io/cache_dir.h"
 #include "qvl/io/safetensors.h"
 #include "qvl/model/checkpoint_layout.h"
-#include "qvl/model/early_checkpoint.h"
 #include "qvl/model/memory_budget.h"
 #include "qvl/model/mrope_positions.h"
 #include "qvl/session/feature_cache.h"
@@ -71,11 +70,9 @@ DecoderOptions decoder_options(const SessionOptions& o, const Checkpoint& ckpt, 
 }
 
 // A checkpoint that does not match config.json fails here, naming the tensor,
-// before any weight is read. The front end may have opened it already, while
-// the process was starting (model/early_checkpoint.h).
+// before any weight is read.
 Checkpoint open_checkpoint(const std::string& model_dir, const ModelConfig& cfg) {
-  std::optional<Checkpoint> early = take_early_checkpoint(model_dir);
-  Checkpoint ckpt = early ? std::move(*early) : Checkpoint(model_dir);
+  Checkpoint ckpt(model_dir);
   validate_checkpoint(ckpt, cfg);
   return ckpt;
 }
