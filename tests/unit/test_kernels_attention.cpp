@@ -230,7 +230,7 @@ TEST_CASE("attention kernel: the avx512 tier's float32 version also runs bf16 (C
   const Problem problem(Storage::BF16, 2, 64, kLengths, 3.0f);
   const float scale = 0.125f;
   const std::vector<float> got = problem.run(100, scale, [&](const AttentionTensors& t, const AttentionBlock& b) {
-    attention_detail::attend_avx512(Storage::BF16, attention_detail::make_job(Storage::BF16, t, b, scale));
+    attention_detail::attend_avx512(attention_detail::make_job(Storage::BF16, t, b, scale));
   });
   // Weights in float32 here: only the output's rounding is left.
   CHECK(max_error(got, problem.reference(scale)) <= 1e-2);
@@ -405,7 +405,7 @@ TEST_CASE("attention kernel: int8 scores in the avx512 tier's float32 version (C
   const std::vector<float> got = problem.run(
       100, scale,
       [&](const AttentionTensors& t, const AttentionBlock& b) {
-        attention_detail::attend_avx512(Storage::BF16, attention_detail::make_job(Storage::BF16, t, b, scale));
+        attention_detail::attend_avx512(attention_detail::make_job(Storage::BF16, t, b, scale));
       },
       AttentionScores::Int8);
   const std::vector<double> want =

@@ -2,15 +2,15 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <algorithm>
+
 #include <cstring>
 #include <iterator>
 
 #include "qvl/decoder/int4_weights.h"
-#include "qvl/kernels/parallel.h"
 #include "qvl/decoder/int8_weights.h"
 #include "qvl/decoder/torch_view.h"
 #include "qvl/error.h"
+#include "qvl/kernels/parallel.h"
 #include "qvl/model/checkpoint_layout.h"
 
 namespace qvl {

@@ -180,8 +180,8 @@ void score_int8_portable(const Int8Operands& op, int64_t first, int64_t keys, in
   }
 }
 
-void attend_portable(Storage s, const Job& job) {
-  s == Storage::F32 ? attend_f32<PortableOps, float>(job) : attend_f32<PortableOps, uint16_t>(job);
+void attend_portable(const Job& job) {
+  job.storage == Storage::F32 ? attend_f32<PortableOps, float>(job) : attend_f32<PortableOps, uint16_t>(job);
 }
 
 Job make_job(Storage s, const AttentionTensors& t, const AttentionBlock& b, float scale) {
@@ -215,15 +215,15 @@ void attend_block(Storage s, const AttentionTensors& t, const AttentionBlock& b,
   const attention_detail::Job job = attention_detail::make_job(s, t, b, scale);
 #if QVL_X86
   if (isa == Isa::Avx512) {
-    if (job.int8_scores && !cpu_features().avx512_vnni) return attention_detail::attend_avx2(s, job);
+    if (job.int8_scores && !cpu_features().avx512_vnni) return attention_detail::attend_avx2(job);
     // (The bf16 kernel pairs dims only for float scores.)
     if (s == Storage::BF16 && cpu_features().avx512_bf16 && (job.int8_scores || t.head_dim % 2 == 0))
-      return attention_detail::attend_avx512_bf16(s, job);
-    return attention_detail::attend_avx512(s, job);
+      return attention_detail::attend_avx512_bf16(job);
+    return attention_detail::attend_avx512(job);
   }
-  if (isa == Isa::Avx2) return attention_detail::attend_avx2(s, job);
+  if (isa == Isa::Avx2) return attention_detail::attend_avx2(job);
 #endif
-  attention_detail::attend_portable(s, job);
+  attention_detail::attend_portable(job);
 }
 
 }  // namespace qvl::kernels

@@ -137,8 +137,8 @@ void score_int8_avx2(const Int8Operands& op, int64_t first, int64_t keys, float*
   for (; j < keys; ++j) score_keys_int8<1>(op, first + j, s + j * kInt8Tile);
 }
 
-void attend_avx2(Storage s, const Job& job) {
-  s == Storage::F32 ? attend_f32<Avx2Ops, float>(job) : attend_f32<Avx2Ops, uint16_t>(job);
+void attend_avx2(const Job& job) {
+  job.storage == Storage::F32 ? attend_f32<Avx2Ops, float>(job) : attend_f32<Avx2Ops, uint16_t>(job);
 }
 
 }  // namespace qvl::kernels::attention_detail

@@ -8,8 +8,8 @@
 
 namespace qvl::kernels::attention_detail {
 
-void attend_avx512(Storage s, const Job& job) {
-  s == Storage::F32 ? attend_f32<Avx512Ops, float>(job) : attend_f32<Avx512Ops, uint16_t>(job);
+void attend_avx512(const Job& job) {
+  job.storage == Storage::F32 ? attend_f32<Avx512Ops, float>(job) : attend_f32<Avx512Ops, uint16_t>(job);
 }
 
 }  // namespace qvl::kernels::attention_detail

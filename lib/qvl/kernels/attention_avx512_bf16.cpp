@@ -208,7 +208,7 @@ void attend_pairs(const Job& job, Scores& scores, PairScratch& pairs) {
 
 }  // namespace
 
-void attend_avx512_bf16(Storage, const Job& job) {
+void attend_avx512_bf16(const Job& job) {
   thread_local PairScratch pairs;
   if (job.int8_scores) {
     Int8Scores<Avx512Ops> scores(job);

@@ -23,7 +23,7 @@ struct Job {
   int64_t out_stride;
   int64_t head_dim, length, query_begin, queries;
   float scale;
-  Storage storage;
+  Storage storage;  // of q, k, v and out
   bool int8_scores;  // AttentionScores::Int8
 };
 
@@ -36,11 +36,11 @@ Job make_job(Storage s, const AttentionTensors& t, const AttentionBlock& b, floa
 // scores). With int8 scores the avx512 versions need AVX512-VNNI (without it
 // the avx2 version runs: AVX-512BW has no byte sign instruction).
 #if QVL_X86
-void attend_avx2(Storage s, const Job& job);
-void attend_avx512(Storage s, const Job& job);
-void attend_avx512_bf16(Storage s, const Job& job);  // entered only with AVX512-BF16
+void attend_avx2(const Job& job);
+void attend_avx512(const Job& job);
+void attend_avx512_bf16(const Job& job);  // entered only with AVX512-BF16
 #endif
-void attend_portable(Storage s, const Job& job);
+void attend_portable(const Job& job);
 
 // The int8 scores' operands (attention.h, AttentionScores::Int8). Rows of q
 // or k quantized, each padded with zeros to whole steps of 4 dims (vpdpbusd's

@@ -12,6 +12,11 @@
 namespace qvl {
 namespace {
 
+// Sets the OpenMP/ATen thread count for the steps to come (a no-op when it is that already).
+void use_threads(int threads) {
+  if (at::get_num_threads() != threads) at::set_num_threads(threads);
+}
+
 double process_cpu_seconds() {
   timespec t{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
@@ -29,13 +34,9 @@ double process_cpu_seconds() {
 class DecoderSteps : public DecodeModel {
  public:
   DecoderSteps(Decoder& decoder, int64_t max_context, ThreadTuner* tuner, std::map<int, int64_t>& steps_by_threads)
-      : decoder_(decoder),
-        max_context_(max_context),
-        tuner_(tuner),
-        steps_by_threads_(steps_by_threads),
-        configured_(at::get_num_threads()) {}
+      : decoder_(decoder), max_context_(max_context), tuner_(tuner), steps_by_threads_(steps_by_threads) {}
   ~DecoderSteps() override {
-    if (at::get_num_threads() != configured_) at::set_num_threads(configured_);
+    if (tuner_) use_threads(tuner_->most());
   }
   DecoderSteps(const DecoderSteps&) = delete;
   DecoderSteps& operator=(const DecoderSteps&) = delete;
@@ -47,7 +48,7 @@ class DecoderSteps : public DecodeModel {
       if (int64_t(sequences.size()) != batch_) tuner_->forget_timings();
       batch_ = int64_t(sequences.size());
       threads_ = tuner_->next_threads();
-      if (threads_ != at::get_num_threads()) at::set_num_threads(threads_);
+      use_threads(threads_);
     }
     const auto t0 = Clock::now();
     const double cpu0 = tuner_ ? process_cpu_seconds() : 0;
@@ -64,8 +65,7 @@ class DecoderSteps : public DecodeModel {
   int64_t max_context_;
   ThreadTuner* tuner_;  // null: every step on the configured count
   std::map<int, int64_t>& steps_by_threads_;
-  const int configured_;
-  int threads_ = configured_;  // what the last step ran on
+  int threads_ = at::get_num_threads();  // what the last step ran on
   int64_t batch_ = 0;   // sequences in the last step
   at::Tensor logits_;   // [B, vocab] float32 of the last step
 };
@@ -93,7 +93,7 @@ std::unique_ptr<Reply> Session::Impl::start_reply(int64_t sequence, SequenceStat
                                                   const TextCallback& on_text) {
   // A request joining a running batch prefills on the configured threads,
   // whatever the decode steps ran on.
-  if (thread_tuner && at::get_num_threads() != thread_tuner->most()) at::set_num_threads(thread_tuner->most());
+  if (thread_tuner) use_threads(thread_tuner->most());
   const auto t_vision = Clock::now();
   const std::optional<VisionFeatures> features = image_features(images);
   if (features) answer.timings.vision_s = seconds_since(t_vision);

@@ -13,6 +13,7 @@
 #include "qvl/error.h"
 #include "qvl/io/cache_dir.h"
 #include "qvl/io/safetensors.h"
+#include "qvl/model/checkpoint_layout.h"  // vision_int8_weight_names
 #include "qvl/vision/module_builder.h"
 #include "qvl/vision/patch_layers.h"
 #include "qvl/vision/positions.h"

@@ -5,6 +5,7 @@
 
 #include "qvl/decoder/int8_weights.h"
 #include "qvl/io/safetensors.h"
+#include "qvl/model/checkpoint_layout.h"  // vision_int8_weight_names
 #include "qvl/model/precision.h"
 
 namespace qvl {

@@ -13,7 +13,6 @@
 
 #include "qvl/decoder/options.h"  // NoteCallback
 #include "qvl/kernels/int8_cache.h"
-#include "qvl/model/checkpoint_layout.h"  // vision_int8_weight_names
 #include "qvl/model/config.h"
 
 namespace qvl {
