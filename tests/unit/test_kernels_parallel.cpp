@@ -120,8 +120,12 @@ TEST_CASE("share_row_ranges: a thread left behind does not hold up its share") {
   const int64_t rows = 4096, row_bytes = kClaimBytes / 8;  // pieces of 8 rows
   std::vector<int> owner(size_t(rows), -1);
   std::atomic<int64_t> done_by_other{0};
+  bool thread0_stalled = false;  // only thread 0 reads or writes it
   share_row_ranges(rows, row_bytes, [&](int64_t begin, int64_t end) {
-    if (omp_get_thread_num() == 0 && begin == 0) {
+    // Whichever piece thread 0 gets first: when it starts late (a loaded
+    // machine, a sanitizer build) the other may already have taken row 0.
+    if (omp_get_thread_num() == 0 && !thread0_stalled) {
+      thread0_stalled = true;
       const double until = omp_get_wtime() + 10;
       while (done_by_other.load() < rows - (end - begin) && omp_get_wtime() < until)
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
