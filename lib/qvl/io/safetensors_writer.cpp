@@ -47,6 +47,7 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path, const std::vector<
   // Padding the header keeps every tensor's data 8-byte aligned in a mapping.
   while (text.size() % 8 != 0) text.push_back(' ');
   fd_ = open_for_writing(tmp_path_, path_);
+  output_ = std::make_unique<ChunkedOutput>(fd_);
   const uint64_t header_len = text.size();
   write_all(&header_len, sizeof header_len);  // little-endian on every supported host
   write_all(text.data(), text.size());
@@ -67,14 +68,7 @@ void SafetensorsWriter::fail(const std::string& what) {
 }
 
 void SafetensorsWriter::write_all(const void* data, size_t nbytes) {
-  const char* p = static_cast<const char*>(data);
-  while (nbytes > 0) {
-    ssize_t n = ::write(fd_, p, nbytes);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) fail("write failed: " + describe_errno(n < 0 ? errno : ENOSPC));
-    p += n;
-    nbytes -= static_cast<size_t>(n);
-  }
+  if (const int err = output_->append(data, nbytes)) fail("write failed: " + describe_errno(err));
 }
 
 void SafetensorsWriter::append(const void* data, size_t nbytes) {
@@ -89,6 +83,7 @@ void SafetensorsWriter::finish() {
   if (fd_ < 0) throw Error(path_ + ": finish after the file was finished or failed");
   if (written_ != data_bytes_)
     fail("only " + std::to_string(written_) + " of " + std::to_string(data_bytes_) + " data bytes were written");
+  if (const int err = output_->flush()) fail("write failed: " + describe_errno(err));
   // Without the sync a crash after the rename could leave an empty file under the real name.
   if (::fdatasync(fd_) != 0) fail("flush failed: " + describe_errno(errno));
   if (::close(fd_) != 0) {

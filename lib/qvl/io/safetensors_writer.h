@@ -6,9 +6,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "qvl/io/chunked_output.h"
 #include "qvl/io/safetensors.h"
 
 namespace qvl {
@@ -44,6 +46,7 @@ class SafetensorsWriter {
   std::string path_;
   std::string tmp_path_;
   int fd_ = -1;
+  std::unique_ptr<ChunkedOutput> output_;  // writes fd_ in aligned chunks
   uint64_t data_bytes_ = 0;
   uint64_t written_ = 0;
 };

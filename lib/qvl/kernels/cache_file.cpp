@@ -1,6 +1,8 @@
 #include "qvl/kernels/cache_file.h"
 
+#include <fcntl.h>
 #include <fmt/core.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -9,6 +11,7 @@
 #include <memory>
 
 #include "qvl/error.h"
+#include "qvl/io/chunked_output.h"
 
 namespace qvl::kernels::cache_file {
 namespace {
@@ -29,7 +32,8 @@ class Writer {
 
  private:
   std::string path_, temporary_;
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file_;
+  int fd_;
+  ChunkedOutput output_;
   uint64_t written_ = 0;
   bool committed_ = false;
 };
@@ -55,19 +59,22 @@ class Reader {
 
 
 Writer::Writer(const std::string& path)
-    : path_(path), temporary_(path + ".tmp"), file_(std::fopen(temporary_.c_str(), "wb"), &std::fclose) {
-  if (!file_) throw Error(fmt::format("cannot create {}: {}", temporary_, std::strerror(errno)));
+    : path_(path),
+      temporary_(path + ".tmp"),
+      fd_(::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)),
+      output_(fd_) {
+  if (fd_ < 0) throw Error(fmt::format("cannot create {}: {}", temporary_, std::strerror(errno)));
 }
 
 Writer::~Writer() {
   if (committed_) return;
-  file_.reset();
+  if (fd_ >= 0) ::close(fd_);
   std::remove(temporary_.c_str());
 }
 
 void Writer::bytes(const void* data, size_t size) {
-  if (size > 0 && std::fwrite(data, 1, size, file_.get()) != size)
-    throw Error(fmt::format("cannot write {}: {}", temporary_, std::strerror(errno)));
+  if (const int err = output_.append(data, size))
+    throw Error(fmt::format("cannot write {}: {}", temporary_, std::strerror(err)));
   written_ += size;
 }
 
@@ -77,8 +84,11 @@ void Writer::pad_to(uint64_t offset) {
 }
 
 void Writer::commit() {
-  if (std::fclose(file_.release()) != 0)
-    throw Error(fmt::format("cannot write {}: {}", temporary_, std::strerror(errno)));
+  const int err = output_.flush();
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0 || err != 0)
+    throw Error(fmt::format("cannot write {}: {}", temporary_, std::strerror(err != 0 ? err : errno)));
   if (std::rename(temporary_.c_str(), path_.c_str()) != 0)
     throw Error(fmt::format("cannot rename {} to {}: {}", temporary_, path_, std::strerror(errno)));
   committed_ = true;
