@@ -8,6 +8,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "qvl/model/config.h"
 #include "qvl/vision/vision_blocks.h"  // Int8Weights
@@ -43,7 +44,8 @@ class PatchMerger {
  private:
   int64_t hidden_, joined_;
   bool norm_after_join_;
-  at::Tensor norm_weight_, norm_bias_, fc1_bias_, fc2_bias_;
+  std::vector<float> norm_weight_, norm_bias_;
+  at::Tensor fc1_bias_, fc2_bias_;
   tensor::LinearWeight fc1_weight_, fc2_weight_;
 };
 

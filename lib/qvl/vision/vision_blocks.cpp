@@ -20,21 +20,18 @@ namespace {
 // The reference's vision LayerNorms.
 constexpr float kLayerNormEps = 1e-6f;
 
-kernels::Storage storage_of(const at::Tensor& t) {
+}  // namespace
+
+kernels::Storage activation_storage(const at::Tensor& t) {
   if (t.scalar_type() == at::kBFloat16) return kernels::Storage::BF16;
   if (t.scalar_type() == at::kFloat) return kernels::Storage::F32;
-  throw Error(fmt::format("vision blocks: activations are {}, expected bf16 or float32",
-                          c10::toString(t.scalar_type())));
+  throw Error(fmt::format("vision: activations are {}, expected bf16 or float32", c10::toString(t.scalar_type())));
 }
 
-
-// LayerNorm weights are used as float32 by the kernels whatever the dtype.
-std::vector<float> as_floats(const at::Tensor& t) {
+std::vector<float> layer_norm_floats(const at::Tensor& t) {
   at::Tensor f = t.to(at::kFloat).contiguous();
   return std::vector<float>(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
 }
-
-}  // namespace
 
 const at::Tensor& vision_param(const std::map<std::string, at::Tensor>& params, const std::string& name,
                         std::vector<int64_t> shape) {
@@ -89,17 +86,17 @@ VisionBlocks::VisionBlocks(const VisionConfig& cfg, const std::map<std::string, 
     b.fc1_bias = vision_param(params, p + "mlp.linear_fc1.bias", {inner});
     b.fc2_weight = vision_linear_weight(params, int8, p + "mlp.linear_fc2.weight", hidden, inner);
     b.fc2_bias = vision_param(params, p + "mlp.linear_fc2.bias", {hidden});
-    b.norm1_weight = as_floats(vision_param(params, p + "norm1.weight", {hidden}));
-    b.norm1_bias = as_floats(vision_param(params, p + "norm1.bias", {hidden}));
-    b.norm2_weight = as_floats(vision_param(params, p + "norm2.weight", {hidden}));
-    b.norm2_bias = as_floats(vision_param(params, p + "norm2.bias", {hidden}));
+    b.norm1_weight = layer_norm_floats(vision_param(params, p + "norm1.weight", {hidden}));
+    b.norm1_bias = layer_norm_floats(vision_param(params, p + "norm1.bias", {hidden}));
+    b.norm2_weight = layer_norm_floats(vision_param(params, p + "norm2.weight", {hidden}));
+    b.norm2_bias = layer_norm_floats(vision_param(params, p + "norm2.bias", {hidden}));
     blocks_.push_back(std::move(b));
   }
 }
 
 at::Tensor VisionBlocks::attention(const at::Tensor& qkv, const VisionPositions& pos) const {
   const int64_t n = qkv.size(0), heads = cfg_.num_heads, head_dim = cfg_.hidden_size / heads;
-  const kernels::Storage s = storage_of(qkv);
+  const kernels::Storage s = activation_storage(qkv);
   at::Tensor q = at::empty({heads, n, head_dim}, qkv.options());
   at::Tensor k = at::empty_like(q), v = at::empty_like(q);
   kernels::split_qkv_rotary(s, qkv.data_ptr(), pos.rope_cos.data_ptr<float>(), pos.rope_sin.data_ptr<float>(), n,
@@ -137,7 +134,7 @@ at::Tensor VisionBlocks::run(at::Tensor x, const VisionPositions& pos, std::vect
     throw Error(fmt::format("vision blocks: input is {}, expected [N, {}]", fmt::join(x.sizes().vec(), "x"),
                             cfg_.hidden_size));
   x = x.contiguous().clone();  // updated in place below
-  const kernels::Storage s = storage_of(x);
+  const kernels::Storage s = activation_storage(x);
   const int64_t n = x.size(0);
   at::Tensor normed = at::empty_like(x);
   at::Tensor pending;  // the last MLP output, added to x by the next LayerNorm

@@ -18,6 +18,7 @@
 
 #include "qvl/kernels/attention.h"
 #include "qvl/kernels/quant.h"
+#include "qvl/kernels/storage.h"
 #include "qvl/model/config.h"
 #include "qvl/tensor/linear.h"
 
@@ -38,6 +39,13 @@ using Int8Weights = std::map<std::string, kernels::Int8Matrix>;
 // when it is missing or misshapen.
 tensor::LinearWeight vision_linear_weight(const std::map<std::string, at::Tensor>& params, const Int8Weights* int8,
                                           const std::string& name, int64_t rows, int64_t cols);
+
+// The kernels' storage of vision activations: bf16 or float32; throws
+// qvl::Error for another dtype.
+kernels::Storage activation_storage(const at::Tensor& t);
+
+// A LayerNorm parameter as the kernels take it: float32 whatever its dtype.
+std::vector<float> layer_norm_floats(const at::Tensor& t);
 
 // x [L, in] times a weight (dense or int8) plus bias, in x's dtype.
 at::Tensor vision_linear(const at::Tensor& x, const tensor::LinearWeight& weight, const at::Tensor& bias);
