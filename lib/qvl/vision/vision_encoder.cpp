@@ -17,6 +17,7 @@
 #include "qvl/vision/module_builder.h"
 #include "qvl/vision/patch_layers.h"
 #include "qvl/vision/positions.h"
+#include "qvl/vision/prefaulted_allocations.h"
 #include "qvl/vision/vision_blocks.h"
 #include "qvl/vision/vision_int8.h"
 
@@ -91,6 +92,7 @@ struct VisionEncoder::Impl {
       module = built;
     } else {
       try {
+        PrefaultedAllocations prefaulted;
         module = torch::jit::load(path, c10::Device(c10::kCPU));
       } catch (const c10::Error& e) {
         throw Error(fmt::format("cannot load vision module {} ({}); rebuild it with `qvl export --force`", path,
