@@ -13,6 +13,7 @@
 #include "qvl/error.h"
 #include "qvl/io/mapped_file.h"
 #include "qvl/io/safetensors.h"
+#include "qvl/io/safetensors_writer.h"
 #include "qvl/text/chat.h"
 
 namespace qvl::app {

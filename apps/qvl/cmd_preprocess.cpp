@@ -17,6 +17,7 @@
 #include "qvl/image/image_budget.h"
 #include "qvl/image/preprocess.h"
 #include "qvl/io/safetensors.h"
+#include "qvl/io/safetensors_writer.h"
 #include "qvl/model/config.h"
 #include "qvl/io/paths.h"
 

@@ -24,6 +24,7 @@
 #include "qvl/image/preprocess.h"
 #include "qvl/io/jsonl.h"
 #include "qvl/io/safetensors.h"
+#include "qvl/io/safetensors_writer.h"
 #include "qvl/model/config.h"
 #include "qvl/text/chat.h"
 #include "qvl/text/tokenizer.h"

@@ -8,6 +8,7 @@
 
 #include "qvl/error.h"
 #include "qvl/io/safetensors.h"
+#include "qvl/io/safetensors_writer.h"
 #include "qvl/model/checkpoint_layout.h"
 #include "qvl/model/config.h"
 #include "test_support.h"

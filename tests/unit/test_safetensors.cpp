@@ -8,6 +8,7 @@
 
 #include "qvl/error.h"
 #include "qvl/io/safetensors.h"
+#include "qvl/io/safetensors_writer.h"
 #include "test_support.h"
 
 using namespace qvl;

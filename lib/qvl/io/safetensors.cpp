@@ -239,41 +239,5 @@ std::string Checkpoint::fingerprint() const {
   return buf;
 }
 
-void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
-  nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (!metadata.empty()) header["__metadata__"] = metadata;
-  uint64_t offset = 0;
-  for (const auto& t : tensors) {
-    uint64_t n = dtype_size(t.dtype);
-    for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
-    header[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + n}}};
-    offset += n;
-  }
-  std::string h = header.dump();
-  while ((h.size() + 8) % 8 != 0) h.push_back(' ');  // keep tensor data 8-byte aligned
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error(path + ": cannot write: " + std::strerror(errno));
-    uint64_t len = h.size();
-    out.write(reinterpret_cast<const char*>(&len), 8);
-    out.write(h.data(), static_cast<std::streamsize>(h.size()));
-    for (const auto& t : tensors) {
-      uint64_t n = dtype_size(t.dtype);
-      for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
-      out.write(static_cast<const char*>(t.data), static_cast<std::streamsize>(n));
-    }
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw Error(path + ": write failed (disk full?)");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error(path + ": cannot rename into place: " + std::strerror(errno));
-  }
-}
 
 }  // namespace qvl

@@ -66,15 +66,4 @@ class Checkpoint {
   std::map<std::string, const TensorView*> index_;
 };
 
-// Writes tensors to a new safetensors file (used by `preprocess --out`,
-// `synth` and tests). Data is copied from the views' pointers.
-struct TensorToWrite {
-  std::string name;
-  DType dtype;
-  std::vector<int64_t> shape;
-  const void* data;
-};
-void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
-
 }  // namespace qvl

@@ -99,6 +99,15 @@ void SafetensorsWriter::finish() {
   }
 }
 
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  std::vector<TensorEntry> entries;
+  for (const TensorToWrite& t : tensors) entries.push_back({t.name, t.dtype, t.shape});
+  SafetensorsWriter out(path, entries, metadata);
+  for (size_t i = 0; i < tensors.size(); ++i) out.append(tensors[i].data, tensor_bytes(entries[i]));
+  out.finish();
+}
+
 void write_file_atomically(const std::string& path, const std::string& contents) {
   const std::string tmp = path + ".tmp";
   int fd = open_for_writing(tmp, path);

@@ -51,6 +51,18 @@ class SafetensorsWriter {
   uint64_t written_ = 0;
 };
 
+// Writes tensors already in memory to a new safetensors file, through a
+// SafetensorsWriter (used by `preprocess --out`, `ask --dump-logits` and
+// tests). Data is copied from the pointers. Throws qvl::Error.
+struct TensorToWrite {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  const void* data;
+};
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
 // Replaces `path` with `contents` through a temporary file and a rename.
 void write_file_atomically(const std::string& path, const std::string& contents);
 
