@@ -28,6 +28,22 @@ int64_t resident_pages(const at::Tensor& t) {
   return n;
 }
 
+// Whether this kernel fills pages on MADV_POPULATE_WRITE (Linux 5.14+; QEMU's
+// user mode accepts the call and does nothing): the allocator only hints.
+bool kernel_populates() {
+#ifndef MADV_POPULATE_WRITE
+  constexpr int MADV_POPULATE_WRITE = 23;
+#endif
+  const size_t length = size_t(16) * size_t(::sysconf(_SC_PAGESIZE));
+  void* p = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(p != MAP_FAILED);
+  std::vector<unsigned char> in_core(16);
+  const bool populated = ::madvise(p, length, MADV_POPULATE_WRITE) == 0 &&
+                         ::mincore(p, length, in_core.data()) == 0 && (in_core[0] & in_core[15] & 1);
+  ::munmap(p, length);
+  return populated;
+}
+
 }  // namespace
 
 TEST_CASE("prefaulted allocations: large blocks arrive populated and outlive the guard, small ones are libtorch's") {
@@ -48,7 +64,10 @@ TEST_CASE("prefaulted allocations: large blocks arrive populated and outlive the
   CHECK(c10::GetCPUAllocator() == libtorch);
   // Every page is there before anything wrote to it.
   const int64_t pages = (large + ::sysconf(_SC_PAGESIZE) - 1) / ::sysconf(_SC_PAGESIZE);
-  CHECK(resident_pages(large_inside) >= pages);
+  if (kernel_populates())
+    CHECK(resident_pages(large_inside) >= pages);
+  else
+    MESSAGE("this kernel does not populate on MADV_POPULATE_WRITE: residency not checked");
   CHECK((small_inside.storage().data_ptr().get_deleter() == small_before.storage().data_ptr().get_deleter()));
   // Usable after the guard is gone, and freed by its own deleter (ASan checks both).
   large_inside.fill_(7);
