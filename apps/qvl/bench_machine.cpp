@@ -2,6 +2,10 @@
 
 #include <fmt/core.h>
 
+#include <filesystem>
+
+#include "qvl/io/mapped_file.h"
+
 #include "qvl/kernels/cpu.h"
 #include "qvl/kernels/machine_probe.h"
 #include "qvl/kernels/parallel.h"
@@ -9,7 +13,7 @@
 
 namespace qvl::app {
 
-nlohmann::json machine_json(bool probe) {
+nlohmann::json machine_json(bool probe, const std::string& model_dir) {
   nlohmann::json m = {
       {"cpu", kernels::cpu_model_name()},
       {"isa", kernels::isa_name(kernels::active_isa())},
@@ -25,6 +29,15 @@ nlohmann::json machine_json(bool probe) {
   m["bf16_gemm_shape"] = fmt::format("{}x{} by {}x{}", bf16.batch, bf16.cols, bf16.cols, bf16.rows);
   m["int8_gop_s"] = int8.gops_per_s;
   m["int8_shape"] = fmt::format("gemm_int8 {}x{} by {}x{}", int8.batch, int8.cols, int8.cols, int8.rows);
+  double seconds = 0, bytes = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(model_dir)) {
+    if (!entry.is_regular_file() || entry.path().extension() != ".safetensors") continue;
+    const double s = cached_mapping_cpu_seconds(entry.path().string());
+    if (s < 0) return m;  // a kernel without MADV_POPULATE_READ: not measured
+    seconds += s;
+    bytes += double(entry.file_size());
+  }
+  if (bytes > 0) m["checkpoint_map_s_per_gb"] = seconds / (bytes / 1e9);
   return m;
 }
 
@@ -33,9 +46,11 @@ std::string machine_line(const nlohmann::json& m) {
                                  m.value("isa", std::string("?")), m.value("threads", 0),
                                  m.value("threads", 0) == 1 ? "" : "s");
   if (!m.contains("read_gb_s")) return line + " (not probed)";
-  return line + fmt::format(": read {:.1f} GB/s, bf16 GEMM {:.0f} GFLOP/s, int8 GEMM {:.0f} GOP/s",
-                            m["read_gb_s"].get<double>(), m["bf16_gflop_s"].get<double>(),
-                            m["int8_gop_s"].get<double>());
+  line += fmt::format(": read {:.1f} GB/s, bf16 GEMM {:.0f} GFLOP/s, int8 GEMM {:.0f} GOP/s",
+                      m["read_gb_s"].get<double>(), m["bf16_gflop_s"].get<double>(), m["int8_gop_s"].get<double>());
+  if (m.contains("checkpoint_map_s_per_gb"))
+    line += fmt::format(", checkpoint maps in {:.3f} CPU s/GB", m["checkpoint_map_s_per_gb"].get<double>());
+  return line;
 }
 
 }  // namespace qvl::app

@@ -215,7 +215,7 @@ int run_bench(const BenchFlags& f) {
   // The machine's ceilings, measured before the runs (and without contenders).
   configure_threads(f.model.threads, ComputeDtype::BF16);
   if (progress && f.probe) fmt::print(stderr, "bench: measuring the machine (--no-probe skips this)\n");
-  const nlohmann::json machine = machine_json(f.probe);
+  const nlohmann::json machine = machine_json(f.probe, model_dir);
   if (progress) fmt::print(stderr, "bench: {}\n", machine_line(machine));
   if (progress)
     fmt::print(stderr, "bench: {} configuration{} x {} run{}, {} image{}, {} new tokens, question: \"{}\"\n",

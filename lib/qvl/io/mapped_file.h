@@ -35,6 +35,15 @@ class MappedFile {
 // MADV_POPULATE_READ (before 5.14) it only starts readahead and returns 0.
 int populate_pages(const void* data, size_t nbytes);
 
+// The CPU seconds of filling the page tables of a fresh mapping of `path` (as
+// a MappedFile) once the file is in the page cache: mapped and populated once
+// untimed, which reads from disk whatever is not cached, then again, timed on
+// this thread. How the page cache holds the file decides it: ~0.002 s per GB
+// in 2 MB folios, 0.04-0.08 s in small ones (docs/PERFORMANCE.md, "The page
+// cache's state"). Negative when the kernel lacks MADV_POPULATE_READ (before
+// 5.14); throws qvl::Error when the file cannot be mapped or read.
+double cached_mapping_cpu_seconds(const std::string& path);
+
 // Every file qvl reads goes through these two, so that a FIFO, a socket or a
 // device is refused before anything opens it for reading (opening a FIFO
 // blocks until a writer comes; /dev/zero never ends).
