@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "qvl/error.h"
 #include "qvl/io/mapped_file.h"
 #include "qvl/io/page_prefetch.h"
 
@@ -97,4 +98,14 @@ TEST_CASE("page prefetch: two threads share the pieces, every byte once; a trunc
   CHECK(prefetch.error() == EFAULT);
   CHECK(prefetch.bytes_done() < 100 * kPiece);
   ::unlink(path.c_str());
+}
+
+TEST_CASE("cached_mapping_cpu_seconds: a file's mapping cost is measured, a missing file is an error") {
+  const std::string path = write_file("mapping_cost", kFileBytes);
+  const double seconds = cached_mapping_cpu_seconds(path);
+  // Negative only on a kernel without MADV_POPULATE_READ; 12 MB never takes a second.
+  CHECK(seconds < 1.0);
+  if (seconds < 0) MESSAGE("this kernel lacks MADV_POPULATE_READ");
+  ::unlink(path.c_str());
+  CHECK_THROWS_AS(cached_mapping_cpu_seconds(path), Error);
 }
