@@ -159,10 +159,12 @@ make_sysroot() {
   ln -sfn openblas-pthread/liblapack.so.3 "$multi/liblapack.so.3"
   ln -sfn openblas-pthread/libopenblas.so.0 "$multi/libopenblas.so.0"
   rm -rf "$SYSROOT/.debs" "$SYSROOT/usr/share/doc" "$SYSROOT/usr/share/man" "$SYSROOT/usr/share/locale"
-  echo "$list" > "$STAMP"
+  { echo "# roots: $(echo $ROOTS)"; echo "$list"; } > "$STAMP"
   log "sysroot ready: $(du -sh "$SYSROOT" | cut -f1)"
 }
-[ -f "$STAMP" ] || make_sysroot
+# A sysroot made from another package list (the project gained a library
+# since) is made again.
+if [ ! -f "$STAMP" ] || [ "$(head -1 "$STAMP")" != "# roots: $(echo $ROOTS)" ]; then make_sysroot; fi
 
 # --- 3. configure and build ---------------------------------------------------
 log "configuring $BUILD"

@@ -225,6 +225,7 @@ TEST_CASE("attention kernel: every tier matches float64 attention") {
       }
 }
 
+#if QVL_X86  // the avx512 tier's entry points exist only in x86 builds
 TEST_CASE("attention kernel: the avx512 tier's float32 version also runs bf16 (CPUs without AVX512-BF16)") {
   if (!isa_supported(Isa::Avx512)) return;
   const Problem problem(Storage::BF16, 2, 64, kLengths, 3.0f);
@@ -235,6 +236,7 @@ TEST_CASE("attention kernel: the avx512 tier's float32 version also runs bf16 (C
   // Weights in float32 here: only the output's rounding is left.
   CHECK(max_error(got, problem.reference(scale)) <= 1e-2);
 }
+#endif
 
 // int8 scores (AttentionScores::Int8): the attention of q and k as quantized
 // per row, to float32 precision (the scores are exact integers times the
@@ -398,6 +400,7 @@ TEST_CASE("attention kernel: int8 scores are the exact integer dot products time
   }
 }
 
+#if QVL_X86
 TEST_CASE("attention kernel: int8 scores in the avx512 tier's float32 version (CPUs without AVX512-BF16)") {
   if (!isa_supported(Isa::Avx512) || !cpu_features().avx512_vnni) return;
   const Problem problem(Storage::BF16, 2, 64, kLengths, 3.0f);
@@ -412,6 +415,7 @@ TEST_CASE("attention kernel: int8 scores in the avx512 tier's float32 version (C
       problem.reference(scale, dequantized(quantize_rows(problem.q, 64), 64), dequantized(quantize_rows(problem.k, 64), 64));
   CHECK(max_error(got, want) <= 1e-2);  // weights in float32: only the output's rounding is left
 }
+#endif
 
 TEST_CASE("attention kernel: a block outside the tensors, or a tier this CPU cannot run, is refused") {
   float q[8] = {}, k[8] = {}, v[8] = {}, out[8] = {1, 1, 1, 1, 1, 1, 1, 1};
