@@ -2,9 +2,12 @@
 
 #include <fmt/core.h>
 
-#include <filesystem>
+#include <utility>
+#include <vector>
 
+#include "qvl/error.h"
 #include "qvl/io/mapped_file.h"
+#include "qvl/io/safetensors.h"
 
 #include "qvl/kernels/cpu.h"
 #include "qvl/kernels/machine_probe.h"
@@ -29,13 +32,22 @@ nlohmann::json machine_json(bool probe, const std::string& model_dir) {
   m["bf16_gemm_shape"] = fmt::format("{}x{} by {}x{}", bf16.batch, bf16.cols, bf16.cols, bf16.rows);
   m["int8_gop_s"] = int8.gops_per_s;
   m["int8_shape"] = fmt::format("gemm_int8 {}x{} by {}x{}", int8.batch, int8.cols, int8.cols, int8.rows);
+  // The shards the checkpoint is made of (its index, or model.safetensors). A
+  // checkpoint that does not open is left to the runs to report.
+  std::vector<std::pair<std::string, size_t>> shards;  // path, bytes
+  try {
+    const Checkpoint checkpoint(model_dir);
+    for (const auto& file : checkpoint.files())
+      shards.emplace_back(file->mapping().path(), file->mapping().size());
+  } catch (const Error&) {
+    return m;
+  }
   double seconds = 0, bytes = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(model_dir)) {
-    if (!entry.is_regular_file() || entry.path().extension() != ".safetensors") continue;
-    const double s = cached_mapping_cpu_seconds(entry.path().string());
+  for (const auto& [path, size] : shards) {
+    const double s = cached_mapping_cpu_seconds(path);
     if (s < 0) return m;  // a kernel without MADV_POPULATE_READ: not measured
     seconds += s;
-    bytes += double(entry.file_size());
+    bytes += double(size);
   }
   if (bytes > 0) m["checkpoint_map_s_per_gb"] = seconds / (bytes / 1e9);
   return m;

@@ -27,8 +27,9 @@ int ChunkedOutput::write_buffer() {
 }
 
 int ChunkedOutput::append(const void* data, size_t size) {
-  // Allocated at the first byte: a writer that fails before writing costs nothing.
-  if (!buffer_) buffer_ = std::make_unique<char[]>(chunk_bytes_);
+  // Allocated at the first byte, and not zeroed (make_unique<char[]> would
+  // touch all 8 MB): a small file costs only the pages it fills.
+  if (!buffer_) buffer_.reset(new char[chunk_bytes_]);
   const char* p = static_cast<const char*>(data);
   while (size > 0) {
     const size_t n = std::min(size, chunk_bytes_ - used_);

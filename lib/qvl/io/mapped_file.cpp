@@ -102,15 +102,20 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   return *this;
 }
 
+namespace {
+#ifdef MADV_POPULATE_READ
+constexpr int kPopulateRead = MADV_POPULATE_READ;
+#else
+constexpr int kPopulateRead = 22;  // Linux 5.14; older headers lack it
+#endif
+}  // namespace
+
 int populate_pages(const void* data, size_t nbytes) {
   if (nbytes == 0) return 0;
   const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   const uintptr_t begin = reinterpret_cast<uintptr_t>(data) & ~(page - 1);
   const uintptr_t end = reinterpret_cast<uintptr_t>(data) + nbytes;
-#ifndef MADV_POPULATE_READ
-  constexpr int MADV_POPULATE_READ = 22;  // Linux 5.14; older headers lack it
-#endif
-  if (::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ) == 0) return 0;
+  if (::madvise(reinterpret_cast<void*>(begin), end - begin, kPopulateRead) == 0) return 0;
   const int e = errno;
   if (e != EINVAL) return e;
   // An older kernel: readahead only, which never faults.
@@ -119,9 +124,6 @@ int populate_pages(const void* data, size_t nbytes) {
 }
 
 double cached_mapping_cpu_seconds(const std::string& path) {
-#ifndef MADV_POPULATE_READ
-  constexpr int MADV_POPULATE_READ = 22;
-#endif
   double seconds = 0;
   for (int pass = 0; pass < 2; ++pass) {
     const MappedFile file(path);
@@ -130,7 +132,7 @@ double cached_mapping_cpu_seconds(const std::string& path) {
     ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &start);
     // The mapping starts on a page: no rounding needed.
     void* data = const_cast<uint8_t*>(file.data());
-    if (::madvise(data, file.size(), MADV_POPULATE_READ) != 0) {
+    if (::madvise(data, file.size(), kPopulateRead) != 0) {
       if (errno == EINVAL) return -1;
       throw Error(path + ": cannot read its pages: " + std::strerror(errno));
     }

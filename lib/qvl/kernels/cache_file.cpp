@@ -27,14 +27,13 @@ class Writer {
   template <class T>
   void value(const T& v) { bytes(&v, sizeof v); }
   void pad_to(uint64_t offset);  // zeros up to `offset`
-  uint64_t written() const { return written_; }
+  uint64_t written() const { return output_.size(); }
   void commit();  // closes the temporary and renames it to the path
 
  private:
   std::string path_, temporary_;
   int fd_;
   ChunkedOutput output_;
-  uint64_t written_ = 0;
   bool committed_ = false;
 };
 
@@ -75,12 +74,11 @@ Writer::~Writer() {
 void Writer::bytes(const void* data, size_t size) {
   if (const int err = output_.append(data, size))
     throw Error(fmt::format("cannot write {}: {}", temporary_, std::strerror(err)));
-  written_ += size;
 }
 
 void Writer::pad_to(uint64_t offset) {
   static const char zeros[kAlignment] = {};
-  while (written_ < offset) bytes(zeros, std::min<uint64_t>(offset - written_, kAlignment));
+  while (written() < offset) bytes(zeros, std::min<uint64_t>(offset - written(), kAlignment));
 }
 
 void Writer::commit() {
