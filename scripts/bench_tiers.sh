@@ -6,7 +6,8 @@
 #   scripts/bench_tiers.sh ROUNDS OUT.jsonl -- BENCH-ARGS...
 #   e.g. scripts/bench_tiers.sh 3 tiers.jsonl -- --model models/synth-2b --image img640x480.jpg --load lazy
 #
-# Tiers: avx512 (if the CPU has it), avx2, generic, each with the environment
+# Tiers: avx512 (if the CPU has it), avx2-vnni (if it has AVX-VNNI or
+# AVX512-VNNI; not run unless QVL_TIERS names it), avx2, generic, each with the environment
 # that makes libtorch, oneDNN and OpenBLAS behave as on a CPU of that tier
 # (docs/PERFORMANCE.md, "CPU tiers"). QVL (default build/apps/qvl) is the
 # binary; QVL_BASELINE=/path/to/old/qvl adds it as a tier "baseline" (the
@@ -23,7 +24,7 @@ QVL=${QVL:-build/apps/qvl}
 tier_env() {
   case "$1" in
     avx512|baseline) echo "" ;;
-    avx2) echo "QVL_ISA=avx2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 OPENBLAS_CORETYPE=Haswell" ;;
+    avx2|avx2-vnni) echo "QVL_ISA=$1 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 OPENBLAS_CORETYPE=Haswell" ;;
     generic) echo "QVL_ISA=generic ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=SSE41 OPENBLAS_CORETYPE=Nehalem" ;;
   esac
 }

@@ -14,7 +14,7 @@
 namespace qvl::test {
 
 inline const std::vector<kernels::Isa> kAllTiers = {kernels::Isa::Generic, kernels::Isa::Neon, kernels::Isa::Avx2,
-                                                    kernels::Isa::Avx512};
+                                                    kernels::Isa::Avx2Vnni, kernels::Isa::Avx512};
 
 // Every tier this CPU can run, whatever QVL_ISA says.
 inline std::vector<kernels::Isa> supported_tiers() {
@@ -26,7 +26,7 @@ inline std::vector<kernels::Isa> supported_tiers() {
 
 // The x86 SIMD tiers promise each other's bits; the portable code (generic,
 // neon) only its error bound, as it may multiply and add separately.
-inline bool is_simd_x86(kernels::Isa isa) { return isa == kernels::Isa::Avx2 || isa == kernels::Isa::Avx512; }
+inline bool is_simd_x86(kernels::Isa isa) { return kernels::runs_avx2_code(isa) || isa == kernels::Isa::Avx512; }
 
 // n values ~ N(mean, spread²) from `seed`.
 inline std::vector<float> normal_values(int64_t n, uint64_t seed, float spread = 1.0f, float mean = 0.0f) {

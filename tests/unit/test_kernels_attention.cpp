@@ -381,6 +381,15 @@ TEST_CASE("attention kernel: int8 scores are the exact integer dot products time
       scorers.push_back({"avx512_vnni", 32, [&](const attention_detail::Int8Operands& o, float* s) {
                            attention_detail::score_int8_avx512_vnni(o, first, keys, s);
                          }});
+    // The avx2-vnni tier's, in each encoding this CPU can run.
+    if (cpu_features().avx_vnni)
+      scorers.push_back({"avx_vnni", 16, [&](const attention_detail::Int8Operands& o, float* s) {
+                           attention_detail::score_int8_avx_vnni(o, first, keys, s);
+                         }});
+    if (cpu_features().avx512vl && cpu_features().avx512_vnni)
+      scorers.push_back({"avx_vnni_evex", 16, [&](const attention_detail::Int8Operands& o, float* s) {
+                           attention_detail::score_int8_avx_vnni_evex(o, first, keys, s);
+                         }});
 #endif
     for (const Scorer& scorer : scorers) {
       CAPTURE(scorer.name);

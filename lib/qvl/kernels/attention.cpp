@@ -221,7 +221,8 @@ void attend_block(Storage s, const AttentionTensors& t, const AttentionBlock& b,
       return attention_detail::attend_avx512_bf16(job);
     return attention_detail::attend_avx512(job);
   }
-  if (isa == Isa::Avx2) return attention_detail::attend_avx2(job);
+  if (isa == Isa::Avx2Vnni && job.int8_scores) return attention_detail::attend_avx2_vnni(job);
+  if (runs_avx2_code(isa)) return attention_detail::attend_avx2(job);
 #endif
   attention_detail::attend_portable(job);
 }

@@ -2,8 +2,8 @@
 // registers with FMA (tiles of 16 queries, 4 keys or 4 dims at a time: 8
 // accumulators and the operands fit the 16 registers). bf16 keys and values
 // are widened once per block of queries. Built with AVX2+FMA+F16C and entered
-// only when that tier is active (or, for int8 scores, the avx512 tier on a
-// CPU without AVX512-VNNI).
+// only when that tier or avx2-vnni is active (or, for int8 scores, the
+// avx512 tier on a CPU without AVX512-VNNI).
 //
 // int8 scores: AVX2 has no vpdpbusd, and vpmaddubsw (unsigned × signed bytes,
 // pairs summed into int16 with saturation) would saturate on q + 128 (up to
@@ -120,6 +120,17 @@ struct Avx2Ops {
 };
 static_assert(Avx2Ops::kWidth * Avx2Ops::kQueryVectors == kInt8Tile, "the int8 scores' tile is the kernel's");
 
+// The avx2-vnni tier: the same kernel, its int8 scores through a 256-bit
+// vpdpbusd (int8_avx_vnni*.cpp, built with the instruction this file is not).
+struct Avx2VnniOps : Avx2Ops {
+  static void score_int8(const Int8Operands& op, int64_t first, int64_t keys, float* s) {
+    if (cpu_features().avx_vnni)
+      score_int8_avx_vnni(op, first, keys, s);
+    else
+      score_int8_avx_vnni_evex(op, first, keys, s);
+  }
+};
+
 }  // namespace
 
 void quantize_rows_avx2(Storage s, const void* x, int64_t rows, int64_t head_dim, int64_t padded_dim,
@@ -139,6 +150,10 @@ void score_int8_avx2(const Int8Operands& op, int64_t first, int64_t keys, float*
 
 void attend_avx2(const Job& job) {
   job.storage == Storage::F32 ? attend_f32<Avx2Ops, float>(job) : attend_f32<Avx2Ops, uint16_t>(job);
+}
+
+void attend_avx2_vnni(const Job& job) {
+  job.storage == Storage::F32 ? attend_f32<Avx2VnniOps, float>(job) : attend_f32<Avx2VnniOps, uint16_t>(job);
 }
 
 }  // namespace qvl::kernels::attention_detail

@@ -37,6 +37,8 @@ Job make_job(Storage s, const AttentionTensors& t, const AttentionBlock& b, floa
 // the avx2 version runs: AVX-512BW has no byte sign instruction).
 #if QVL_X86
 void attend_avx2(const Job& job);
+// The avx2 kernel with int8 scores through a 256-bit vpdpbusd (the avx2-vnni tier).
+void attend_avx2_vnni(const Job& job);
 void attend_avx512(const Job& job);
 void attend_avx512_bf16(const Job& job);  // entered only with AVX512-BF16
 #endif
@@ -99,6 +101,10 @@ void score_int8_portable(const Int8Operands& op, int64_t first, int64_t keys, in
 #if QVL_X86
 void score_int8_avx2(const Int8Operands& op, int64_t first, int64_t keys, float* s);
 void score_int8_avx512_vnni(const Int8Operands& op, int64_t first, int64_t keys, float* s);  // with AVX512-VNNI
+// The avx2-vnni tier's (tile 16, as avx2): int8_avx_vnni.cpp with AVX-VNNI,
+// int8_avx_vnni_evex.cpp with AVX512-VNNI+VL.
+void score_int8_avx_vnni(const Int8Operands& op, int64_t first, int64_t keys, float* s);
+void score_int8_avx_vnni_evex(const Int8Operands& op, int64_t first, int64_t keys, float* s);
 #endif
 
 namespace {

@@ -51,14 +51,14 @@ Isa from_environment() {
   const char* forced = std::getenv("QVL_ISA");
   if (forced == nullptr || *forced == '\0') return best_isa();
   const std::string name = forced;
-  for (Isa isa : {Isa::Generic, Isa::Neon, Isa::Avx2, Isa::Avx512}) {
+  for (Isa isa : {Isa::Generic, Isa::Neon, Isa::Avx2, Isa::Avx2Vnni, Isa::Avx512}) {
     if (name != isa_name(isa)) continue;
     if (!isa_supported(isa))
       throw Error(fmt::format("QVL_ISA={}: this CPU cannot run the {} tier (it supports up to {})", name, name,
                               isa_name(best_isa())));
     return isa;
   }
-  throw Error(fmt::format("QVL_ISA={}: not a tier; use avx512, avx2, neon or generic", name));
+  throw Error(fmt::format("QVL_ISA={}: not a tier; use avx512, avx2-vnni, avx2, neon or generic", name));
 }
 
 }  // namespace
@@ -73,6 +73,7 @@ const char* isa_name(Isa isa) {
     case Isa::Generic: return "generic";
     case Isa::Neon: return "neon";
     case Isa::Avx2: return "avx2";
+    case Isa::Avx2Vnni: return "avx2-vnni";
     case Isa::Avx512: return "avx512";
   }
   return "?";
@@ -84,6 +85,8 @@ bool isa_supported(Isa isa) {
     case Isa::Generic: return true;
     case Isa::Neon: return f.neon;
     case Isa::Avx2: return f.avx2 && f.fma && f.f16c;
+    case Isa::Avx2Vnni:
+      return isa_supported(Isa::Avx2) && (f.avx_vnni || (f.avx512vl && f.avx512_vnni));
     case Isa::Avx512: return isa_supported(Isa::Avx2) && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
   }
   return false;
@@ -96,7 +99,7 @@ void require_isa(Isa isa, const char* caller) {
 }
 
 Isa best_isa() {
-  for (Isa isa : {Isa::Avx512, Isa::Avx2, Isa::Neon})
+  for (Isa isa : {Isa::Avx512, Isa::Avx2Vnni, Isa::Avx2, Isa::Neon})
     if (isa_supported(isa)) return isa;
   return Isa::Generic;
 }

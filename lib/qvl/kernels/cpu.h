@@ -8,6 +8,12 @@
 //   avx512  AVX-512 F+BW+VL+DQ (Skylake-X, Zen 4 and later). Sub-features used
 //           where present, each in a file of its own: AVX512-BF16 (dot-product
 //           GEMV), AVX512-VNNI (int8 GEMV and GEMM). bf16 matmuls go to oneDNN via ATen.
+//   avx2-vnni  avx2 plus vpdpbusd on 256-bit registers: AVX-VNNI (Alder Lake
+//           and later Intel clients, Sierra Forest) or AVX512-VNNI+VL (which
+//           lets an AVX-512 machine stand in for those CPUs). Runs the avx2
+//           code except for the int8 GEMM (prefill, vision) and the int8
+//           attention scores, which multiply 4 bytes per lane in one
+//           instruction instead of four.
 //   avx2    AVX2+FMA+F16C (Haswell, Zen 1-3, Alder Lake and later clients).
 //           bf16 matmuls run in float32 (OpenBLAS) from weights widened block
 //           by block: ATen's own bf16 matmul is ~1 GFLOP/s on such CPUs.
@@ -15,7 +21,7 @@
 //           NEON (always present on aarch64).
 //   generic any CPU: the portable kernels (vectorized for the baseline ISA).
 //
-// QVL_ISA=avx512|avx2|neon|generic (read once) forces a lower tier, so every
+// QVL_ISA=avx512|avx2-vnni|avx2|neon|generic (read once) forces a lower tier, so every
 // tier can be tested and benchmarked on one machine.
 #pragma once
 #include <string>
@@ -43,7 +49,10 @@ const CpuFeatures& cpu_features();
 
 // Ordered: a tier may use everything a lower one does (neon and the x86 tiers
 // never meet on one CPU).
-enum class Isa { Generic = 0, Neon = 1, Avx2 = 2, Avx512 = 3 };
+enum class Isa { Generic = 0, Neon = 1, Avx2 = 2, Avx2Vnni = 3, Avx512 = 4 };
+
+// Whether `isa` runs the avx2 tier's code (avx2 and avx2-vnni).
+inline bool runs_avx2_code(Isa isa) { return isa == Isa::Avx2 || isa == Isa::Avx2Vnni; }
 
 const char* isa_name(Isa isa);
 // Whether this CPU can run `isa`'s code.

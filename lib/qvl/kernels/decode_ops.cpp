@@ -208,7 +208,7 @@ const DecodeKernels& decode_kernels(Isa isa, const char* caller) {
   require_isa(isa, caller);
 #if QVL_X86
   if (isa == Isa::Avx512) return kDecodeAvx512;
-  if (isa == Isa::Avx2) return kDecodeAvx2;
+  if (runs_avx2_code(isa)) return kDecodeAvx2;
 #endif
   return kDecodePortable;
 }

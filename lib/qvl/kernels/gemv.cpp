@@ -87,7 +87,7 @@ Bf16RowsKernel kernel_for(Isa isa, bool dot_product) {
 #if QVL_X86
   if (dot_product) return bf16_dot_rows_avx512_bf16;
   if (isa == Isa::Avx512) return bf16_fma_rows_avx512;
-  if (isa == Isa::Avx2) return bf16_fma_rows_avx2;
+  if (runs_avx2_code(isa)) return bf16_fma_rows_avx2;
 #endif
   (void)isa, (void)dot_product;
   return bf16_fma_rows_generic;

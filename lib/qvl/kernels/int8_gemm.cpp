@@ -1,5 +1,6 @@
 // The int8 GEMM's dispatch, the quantization of X and the portable kernel
-// (the VNNI one is in int8_gemm_avx512_vnni.cpp).
+// (the tiers' own: int8_gemm_avx512_vnni.cpp, int8_gemm_avx_vnni*.cpp,
+// int8_gemm_avx2.cpp).
 #include "qvl/kernels/int8_gemm.h"
 
 #include <fmt/core.h>
@@ -7,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -64,7 +66,10 @@ TierKernels kernels_for(Isa isa) {
 #if QVL_X86
   if (isa == Isa::Avx512 && cpu_features().avx512_vnni)
     return {int8_quantize_rows_avx512_vnni, int8_gemm_panels_avx512_vnni};
-  if (isa == Isa::Avx2 || isa == Isa::Avx512) return {int8_quantize_rows_generic, int8_gemm_panels_avx2};
+  if (isa == Isa::Avx2Vnni)
+    return {int8_quantize_rows_avx2,
+            cpu_features().avx_vnni ? int8_gemm_panels_avx_vnni : int8_gemm_panels_avx_vnni_evex};
+  if (isa == Isa::Avx2 || isa == Isa::Avx512) return {int8_quantize_rows_avx2, int8_gemm_panels_avx2};
 #endif
   (void)isa;
   return {int8_quantize_rows_generic, int8_gemm_panels_generic};
@@ -86,6 +91,26 @@ uint8_t* int8_gemm_panel_buffer(size_t bytes) {
     if (!buffer) throw Error(fmt::format("gemm_int8: out of memory for a {}-byte weight panel", bytes));
   }
   return buffer.get();
+}
+
+void pack_partial_panel(const Int8Matrix& w, int64_t n0, int64_t columns, uint8_t flip, uint8_t* panel) {
+  const int64_t steps = w.padded_cols / 4;
+  const uint32_t flip4 = uint32_t(flip) * 0x01010101u;
+  for (int64_t j = 0; j < kPanelColumns; ++j) {
+    uint32_t* out = reinterpret_cast<uint32_t*>(panel) + j;
+    for (int64_t s = 0; s < steps; ++s) {
+      uint32_t four = 0;
+      if (j < columns) std::memcpy(&four, w.weights + (n0 + j) * w.padded_cols + 4 * s, 4);
+      out[s * kPanelColumns] = four ^ flip4;
+    }
+  }
+}
+
+void pack_panel_scales(const Int8Matrix& w, int64_t n0, int64_t columns, float* scales) {
+  const int64_t groups = w.groups();
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t j = 0; j < kPanelColumns; ++j)
+      scales[g * kPanelColumns + j] = j < columns ? w.scales[(n0 + j) * groups + g] : 0.0f;
 }
 
 void int8_quantize_rows_generic(const Int8GemmJob& job, const void* x, Storage x_storage, int64_t x_stride,

@@ -21,9 +21,10 @@ namespace qvl::kernels {
 // groups is the same on every x86 tier. `bias` (w.rows floats, or null) is
 // added to each float sum before its one rounding to y_storage (a separate
 // bias add would round a bf16 Y twice and cost a pass over it). `isa`: whose code runs (the avx512
-// tier's VNNI kernel on CPUs with AVX512-VNNI; the AVX2 kernel (vpmaddubsw)
-// on the avx2 tier and on avx512 without VNNI; the portable one elsewhere —
-// correct everywhere, fast only on x86). Throws qvl::Error on a bad
+// tier's VNNI kernel on CPUs with AVX512-VNNI; the avx2-vnni tier's 256-bit
+// VNNI kernel; the AVX2 kernel (vpmaddubsw) on the avx2 tier and on avx512
+// without VNNI; the portable one elsewhere — correct everywhere, fast only on
+// x86; all x86 kernels give the same bits). Throws qvl::Error on a bad
 // layout, negative rows, strides shorter than a row, or a tier this CPU cannot run.
 void gemm_int8(const Int8Matrix& w, const void* x, Storage x_storage, int64_t x_stride, int64_t rows, void* y,
                Storage y_storage, int64_t y_stride, const float* bias = nullptr, Isa isa = active_isa());

@@ -76,24 +76,9 @@ void pack_panel(const Int8Matrix& w, int64_t n0, int64_t columns, uint8_t* panel
           _mm512_store_si512(panel + (s + c) * kPanelBytesPer4 + 64 * z, _mm512_xor_si512(v[c], flip));
       }
   } else {
-    for (int64_t j = 0; j < kPanelColumns; ++j) {
-      uint32_t* out = reinterpret_cast<uint32_t*>(panel) + j;
-      if (j >= columns) {
-        for (int64_t s = 0; s < steps; ++s) out[s * kPanelColumns] = 0x80808080u;
-        continue;
-      }
-      const int8_t* row = w.weights + (n0 + j) * w.padded_cols;
-      for (int64_t s = 0; s < steps; ++s) {
-        uint32_t four;
-        std::memcpy(&four, row + 4 * s, 4);
-        out[s * kPanelColumns] = four ^ 0x80808080u;
-      }
-    }
+    pack_partial_panel(w, n0, columns, 0x80, panel);
   }
-  const int64_t groups = w.groups();
-  for (int64_t g = 0; g < groups; ++g)
-    for (int64_t j = 0; j < kPanelColumns; ++j)
-      scales[g * kPanelColumns + j] = j < columns ? w.scales[(n0 + j) * groups + g] : 0.0f;
+  pack_panel_scales(w, n0, columns, scales);
 }
 
 inline __m512i broadcast4(const int8_t* p) {

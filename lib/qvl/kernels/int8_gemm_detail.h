@@ -45,6 +45,17 @@ void int8_quantize_rows_generic(const Int8GemmJob& job, const void* x, Storage x
                                 int64_t begin, int64_t end);
 void int8_quantize_rows_avx512_vnni(const Int8GemmJob& job, const void* x, Storage x_storage, int64_t x_stride,
                                     int64_t begin, int64_t end);
+// (int8_gemm_avx2.cpp: for the avx2 and avx2-vnni tiers, and avx512 without VNNI.)
+void int8_quantize_rows_avx2(const Int8GemmJob& job, const void* x, Storage x_storage, int64_t x_stride,
+                             int64_t begin, int64_t end);
+
+// The parts of packing a panel every tier does alike (the full panels'
+// bytes are each tier's, transposed in its registers): a panel of fewer than
+// kPanelColumns columns byte by byte, each byte q XOR flip (a missing column
+// is weight 0, i.e. the byte `flip`), and the panel's scales group by group
+// (0 past the last column).
+void pack_partial_panel(const Int8Matrix& w, int64_t n0, int64_t columns, uint8_t flip, uint8_t* panel);
+void pack_panel_scales(const Int8Matrix& w, int64_t n0, int64_t columns, float* scales);
 
 // The calling thread's panel buffer of at least `bytes`, 64-byte aligned,
 // kept for its next call. Throws qvl::Error when out of memory.
@@ -60,5 +71,10 @@ void int8_gemm_panels_avx512_vnni(const Int8GemmJob& job, int64_t first_panel, i
 // without AVX512-VNNI (int8_gemm_avx2.cpp: a panel of signed q, no +128, and
 // x_bias unused).
 void int8_gemm_panels_avx2(const Int8GemmJob& job, int64_t first_panel, int64_t end_panel);
+// Entered only when the avx2-vnni tier is active (int8_avx_vnni.cpp: the
+// 256-bit VNNI kernel, avx2_vnni_kernels.h over int8_gemm_ymm.h, with AVX-VNNI's encoding;
+// int8_avx_vnni_evex.cpp: with AVX512-VNNI+VL's, on CPUs that have those instead).
+void int8_gemm_panels_avx_vnni(const Int8GemmJob& job, int64_t first_panel, int64_t end_panel);
+void int8_gemm_panels_avx_vnni_evex(const Int8GemmJob& job, int64_t first_panel, int64_t end_panel);
 
 }  // namespace qvl::kernels::detail

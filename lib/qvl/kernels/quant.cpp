@@ -157,7 +157,7 @@ Int8RowsKernel kernel_for(Isa isa) {
   if (use_vnni(isa)) return int8_rows_avx512_vnni;
   // AVX-512 without VNNI (Skylake-SP/X): AVX-512BW has no byte sign
   // instruction, so the avx2 kernel it is.
-  if (isa == Isa::Avx512 || isa == Isa::Avx2) return int8_rows_avx2;
+  if (isa == Isa::Avx512 || runs_avx2_code(isa)) return int8_rows_avx2;
 #endif
   (void)isa;
   return int8_rows_generic;

@@ -274,7 +274,7 @@ bool use_vnni(Isa isa) { return QVL_X86 && isa == Isa::Avx512 && cpu_features().
 Int4RowsKernel kernel_for(Isa isa) {
 #if QVL_X86
   if (use_vnni(isa)) return int4_rows_avx512_vnni;
-  if (isa == Isa::Avx512 || isa == Isa::Avx2) return int4_rows_avx2;
+  if (isa == Isa::Avx512 || runs_avx2_code(isa)) return int4_rows_avx2;
 #endif
   (void)isa;
   return int4_rows_generic;

@@ -1,6 +1,6 @@
 // Helpers of the avx2 tier's element-wise kernels (decode_ops_avx2.cpp,
 // vision_ops_avx2.cpp): 8 float lanes per register, f32 or bf16 in memory.
-// Needs AVX2 + FMA. Include it from *_avx2.cpp files alone; everything is
+// Needs AVX2 + FMA. Include it from *_avx2.cpp (and *_avx_vnni*) files alone; everything is
 // `static` so no copy compiled with AVX2 leaks to other files.
 //
 // Where the avx512 kernels keep 16 lanes of partial sums, these keep the same

@@ -155,7 +155,7 @@ const VisionKernels& vision_kernels(Isa isa, const char* caller) {
   require_isa(isa, caller);
 #if QVL_X86
   if (isa == Isa::Avx512) return kVisionAvx512;
-  if (isa == Isa::Avx2) return kVisionAvx2;
+  if (runs_avx2_code(isa)) return kVisionAvx2;
 #endif
   return kVisionPortable;
 }
