@@ -391,6 +391,12 @@ TEST_CASE("attention kernel: int8 scores are the exact integer dot products time
                            attention_detail::score_int8_avx_vnni_evex(o, first, keys, s);
                          }});
 #endif
+#if defined(__aarch64__)
+    if (cpu_features().neon_dotprod)
+      scorers.push_back({"neon_dotprod", 8, [&](const attention_detail::Int8Operands& o, float* s) {
+                           attention_detail::score_int8_neon_dotprod(o, first, keys, s);
+                         }});
+#endif
     for (const Scorer& scorer : scorers) {
       CAPTURE(scorer.name);
       CAPTURE(scorer.tile);

@@ -184,6 +184,21 @@ void attend_portable(const Job& job) {
   job.storage == Storage::F32 ? attend_f32<PortableOps, float>(job) : attend_f32<PortableOps, uint16_t>(job);
 }
 
+#if defined(__aarch64__)
+namespace {
+struct NeonDotprodOps : PortableOps {
+  static void score_int8(const Int8Operands& op, int64_t first, int64_t keys, float* s) {
+    score_int8_neon_dotprod(op, first, keys, s);
+  }
+};
+static_assert(NeonDotprodOps::kWidth * NeonDotprodOps::kQueryVectors == 8, "score_int8_neon_dotprod's tile");
+}  // namespace
+
+void attend_neon_dotprod(const Job& job) {
+  job.storage == Storage::F32 ? attend_f32<NeonDotprodOps, float>(job) : attend_f32<NeonDotprodOps, uint16_t>(job);
+}
+#endif
+
 Job make_job(Storage s, const AttentionTensors& t, const AttentionBlock& b, float scale) {
   const size_t element = s == Storage::F32 ? sizeof(float) : sizeof(uint16_t);
   const int64_t head_first = (b.head * t.tokens + b.start) * t.head_dim;
@@ -223,6 +238,9 @@ void attend_block(Storage s, const AttentionTensors& t, const AttentionBlock& b,
   }
   if (isa == Isa::Avx2Vnni && job.int8_scores) return attention_detail::attend_avx2_vnni(job);
   if (runs_avx2_code(isa)) return attention_detail::attend_avx2(job);
+#elif defined(__aarch64__)
+  if (isa == Isa::Neon && job.int8_scores && cpu_features().neon_dotprod)
+    return attention_detail::attend_neon_dotprod(job);
 #endif
   attention_detail::attend_portable(job);
 }

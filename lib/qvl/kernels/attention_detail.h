@@ -43,6 +43,10 @@ void attend_avx512(const Job& job);
 void attend_avx512_bf16(const Job& job);  // entered only with AVX512-BF16
 #endif
 void attend_portable(const Job& job);
+#if defined(__aarch64__)
+// The portable kernel with int8 scores through sdot (score_int8_neon_dotprod).
+void attend_neon_dotprod(const Job& job);
+#endif
 
 // The int8 scores' operands (attention.h, AttentionScores::Int8). Rows of q
 // or k quantized, each padded with zeros to whole steps of 4 dims (vpdpbusd's
@@ -105,6 +109,11 @@ void score_int8_avx512_vnni(const Int8Operands& op, int64_t first, int64_t keys,
 // int8_avx_vnni_evex.cpp with AVX512-VNNI+VL.
 void score_int8_avx_vnni(const Int8Operands& op, int64_t first, int64_t keys, float* s);
 void score_int8_avx_vnni_evex(const Int8Operands& op, int64_t first, int64_t keys, float* s);
+#endif
+#if defined(__aarch64__)
+// The neon tier's on CPUs with the dot-product extension (tile 8, as portable;
+// int8_neon_dotprod.cpp).
+void score_int8_neon_dotprod(const Int8Operands& op, int64_t first, int64_t keys, float* s);
 #endif
 
 namespace {

@@ -8,8 +8,16 @@
 
 #include "qvl/error.h"
 
+#if defined(__aarch64__)
+#include <sys/auxv.h>
+#endif
+
 namespace qvl::kernels {
 namespace {
+
+#if defined(__aarch64__)
+constexpr unsigned long kHwcapAsimdDp = 1ul << 20;  // <asm/hwcap.h> HWCAP_ASIMDDP
+#endif
 
 CpuFeatures detect() {
   CpuFeatures f;
@@ -43,6 +51,7 @@ CpuFeatures detect() {
   }
 #elif defined(__aarch64__)
   f.neon = true;
+  f.neon_dotprod = (getauxval(AT_HWCAP) & kHwcapAsimdDp) != 0;
 #endif
   return f;
 }
@@ -120,6 +129,7 @@ std::string isa_description() {
   if (f.avx512_vnni) extras.push_back("vnni");
   if (f.avx_vnni) extras.push_back("avx-vnni");
   if (f.amx_bf16) extras.push_back("amx");
+  if (f.neon_dotprod) extras.push_back("dotprod");
   std::string cpu = isa_name(best_isa());
   for (const std::string& e : extras) cpu += " " + e;
   std::string text = isa_name(active_isa());

@@ -18,7 +18,10 @@
 //           bf16 matmuls run in float32 (OpenBLAS) from weights widened block
 //           by block: ATen's own bf16 matmul is ~1 GFLOP/s on such CPUs.
 //   neon    aarch64: the portable kernels, which the compiler vectorizes with
-//           NEON (always present on aarch64).
+//           NEON (always present on aarch64); on CPUs with the dot-product
+//           extension (Neoverse N1 and later, Cortex-A76 and later, Apple M1
+//           and later) the int8 GEMM and the int8 attention scores are sdot's
+//           (int8_neon_dotprod.cpp).
 //   generic any CPU: the portable kernels (vectorized for the baseline ISA).
 //
 // QVL_ISA=avx512|avx2-vnni|avx2|neon|generic (read once) forces a lower tier, so every
@@ -41,7 +44,7 @@ struct CpuFeatures {
   bool avx512_bf16 = false, avx512_vnni = false;
   bool amx_bf16 = false, amx_int8 = false;
   // aarch64
-  bool neon = false;
+  bool neon = false, neon_dotprod = false;  // dotprod: sdot/udot (FEAT_DotProd)
 };
 
 // Read from the CPU once.

@@ -1,6 +1,6 @@
 // The int8 GEMM's dispatch, the quantization of X and the portable kernel
-// (the tiers' own: int8_gemm_avx512_vnni.cpp, int8_gemm_avx_vnni*.cpp,
-// int8_gemm_avx2.cpp).
+// (the tiers' own: int8_gemm_avx512_vnni.cpp, int8_avx_vnni*.cpp,
+// int8_gemm_avx2.cpp, int8_neon_dotprod.cpp).
 #include "qvl/kernels/int8_gemm.h"
 
 #include <fmt/core.h>
@@ -70,6 +70,9 @@ TierKernels kernels_for(Isa isa) {
     return {int8_quantize_rows_avx2,
             cpu_features().avx_vnni ? int8_gemm_panels_avx_vnni : int8_gemm_panels_avx_vnni_evex};
   if (isa == Isa::Avx2 || isa == Isa::Avx512) return {int8_quantize_rows_avx2, int8_gemm_panels_avx2};
+#elif defined(__aarch64__)
+  if (isa == Isa::Neon && cpu_features().neon_dotprod)
+    return {int8_quantize_rows_generic, int8_gemm_panels_neon_dotprod};
 #endif
   (void)isa;
   return {int8_quantize_rows_generic, int8_gemm_panels_generic};
@@ -93,7 +96,7 @@ uint8_t* int8_gemm_panel_buffer(size_t bytes) {
   return buffer.get();
 }
 
-void pack_partial_panel(const Int8Matrix& w, int64_t n0, int64_t columns, uint8_t flip, uint8_t* panel) {
+void pack_panel_portable(const Int8Matrix& w, int64_t n0, int64_t columns, uint8_t flip, uint8_t* panel) {
   const int64_t steps = w.padded_cols / 4;
   const uint32_t flip4 = uint32_t(flip) * 0x01010101u;
   for (int64_t j = 0; j < kPanelColumns; ++j) {

@@ -76,7 +76,7 @@ void pack_panel(const Int8Matrix& w, int64_t n0, int64_t columns, uint8_t* panel
           _mm512_store_si512(panel + (s + c) * kPanelBytesPer4 + 64 * z, _mm512_xor_si512(v[c], flip));
       }
   } else {
-    pack_partial_panel(w, n0, columns, 0x80, panel);
+    pack_panel_portable(w, n0, columns, 0x80, panel);
   }
   pack_panel_scales(w, n0, columns, scales);
 }

@@ -49,12 +49,11 @@ void int8_quantize_rows_avx512_vnni(const Int8GemmJob& job, const void* x, Stora
 void int8_quantize_rows_avx2(const Int8GemmJob& job, const void* x, Storage x_storage, int64_t x_stride,
                              int64_t begin, int64_t end);
 
-// The parts of packing a panel every tier does alike (the full panels'
-// bytes are each tier's, transposed in its registers): a panel of fewer than
-// kPanelColumns columns byte by byte, each byte q XOR flip (a missing column
-// is weight 0, i.e. the byte `flip`), and the panel's scales group by group
-// (0 past the last column).
-void pack_partial_panel(const Int8Matrix& w, int64_t n0, int64_t columns, uint8_t flip, uint8_t* panel);
+// Packing a panel, portably: its bytes 4 at a time, each byte q XOR flip (a
+// column past the last is weight 0, i.e. the byte `flip`; the x86 tiers use
+// this for partial panels and transpose full ones in registers), and its
+// scales group by group (0 past the last column).
+void pack_panel_portable(const Int8Matrix& w, int64_t n0, int64_t columns, uint8_t flip, uint8_t* panel);
 void pack_panel_scales(const Int8Matrix& w, int64_t n0, int64_t columns, float* scales);
 
 // The calling thread's panel buffer of at least `bytes`, 64-byte aligned,
@@ -76,5 +75,8 @@ void int8_gemm_panels_avx2(const Int8GemmJob& job, int64_t first_panel, int64_t 
 // int8_avx_vnni_evex.cpp: with AVX512-VNNI+VL's, on CPUs that have those instead).
 void int8_gemm_panels_avx_vnni(const Int8GemmJob& job, int64_t first_panel, int64_t end_panel);
 void int8_gemm_panels_avx_vnni_evex(const Int8GemmJob& job, int64_t first_panel, int64_t end_panel);
+// Entered only when the neon tier is active on a CPU with the dot-product
+// extension (int8_neon_dotprod.cpp: signed q, x_bias unused).
+void int8_gemm_panels_neon_dotprod(const Int8GemmJob& job, int64_t first_panel, int64_t end_panel);
 
 }  // namespace qvl::kernels::detail

@@ -73,7 +73,7 @@ static inline void pack_panel(const Int8Matrix& w, int64_t n0, int64_t columns, 
                              _mm256_xor_si256(v[c], flips));
       }
   } else {
-    pack_partial_panel(w, n0, columns, flip, panel);
+    pack_panel_portable(w, n0, columns, flip, panel);
   }
   pack_panel_scales(w, n0, columns, scales);
 }
