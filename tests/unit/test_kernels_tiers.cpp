@@ -247,3 +247,28 @@ TEST_CASE("decode ops: a tier this CPU cannot run, or a sum width that is not AT
   CHECK(x == std::vector<float>(16, 1.0f));  // refused before touching anything
   CHECK(y == std::vector<float>(16, 0.0f));
 }
+
+TEST_CASE("cpu tiers: avx2-vnni is avx2 plus a 256-bit vpdpbusd, and runs the avx2 tier's element-wise code") {
+  // Names are distinct, so QVL_ISA picks exactly one tier.
+  for (Isa a : test::kAllTiers)
+    for (Isa b : test::kAllTiers)
+      if (a != b) CHECK(std::string(isa_name(a)) != isa_name(b));
+  CHECK(std::string(isa_name(Isa::Avx2Vnni)) == "avx2-vnni");
+  CHECK(runs_avx2_code(Isa::Avx2));
+  CHECK(runs_avx2_code(Isa::Avx2Vnni));
+  CHECK_FALSE(runs_avx2_code(Isa::Avx512));
+  CHECK_FALSE(runs_avx2_code(Isa::Generic));
+
+  // Supported exactly where AVX2 is and one encoding of the instruction.
+  const CpuFeatures& f = cpu_features();
+  const bool has_vpdpbusd_256 = f.avx_vnni || (f.avx512vl && f.avx512_vnni);
+  CHECK(isa_supported(Isa::Avx2Vnni) == (isa_supported(Isa::Avx2) && has_vpdpbusd_256));
+  // The best tier prefers it to avx2, and avx512 to it.
+  if (isa_supported(Isa::Avx512))
+    CHECK(best_isa() == Isa::Avx512);
+  else if (isa_supported(Isa::Avx2Vnni))
+    CHECK(best_isa() == Isa::Avx2Vnni);
+  if (!isa_supported(Isa::Avx2Vnni)) return;
+  // Outside the int8 products it is the avx2 tier: the same kernel tables.
+  CHECK(&decode_detail::decode_kernels(Isa::Avx2Vnni, "test") == &decode_detail::decode_kernels(Isa::Avx2, "test"));
+}
