@@ -124,10 +124,8 @@ static_assert(Avx2Ops::kWidth * Avx2Ops::kQueryVectors == kInt8Tile, "the int8 s
 // vpdpbusd (int8_avx_vnni*.cpp, built with the instruction this file is not).
 struct Avx2VnniOps : Avx2Ops {
   static void score_int8(const Int8Operands& op, int64_t first, int64_t keys, float* s) {
-    if (cpu_features().avx_vnni)
-      score_int8_avx_vnni(op, first, keys, s);
-    else
-      score_int8_avx_vnni_evex(op, first, keys, s);
+    static const auto score = cpu_features().avx_vnni ? score_int8_avx_vnni : score_int8_avx_vnni_evex;
+    score(op, first, keys, s);
   }
 };
 

@@ -82,18 +82,20 @@ TierKernels kernels_for(Isa isa) {
 
 namespace detail {
 
-uint8_t* int8_gemm_panel_buffer(size_t bytes) {
+PanelScratch int8_gemm_panel_scratch(const Int8Matrix& w) {
   struct FreeAligned {
     void operator()(void* p) const { std::free(p); }
   };
   thread_local std::unique_ptr<uint8_t, FreeAligned> buffer;
   thread_local size_t capacity = 0;
+  const size_t panel_bytes = size_t(w.padded_cols / 4 * kPanelBytesPer4);
+  const size_t bytes = panel_bytes + size_t(w.groups() * kPanelColumns) * sizeof(float);
   if (bytes > capacity) {
     buffer.reset(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
     capacity = buffer ? bytes : 0;
     if (!buffer) throw Error(fmt::format("gemm_int8: out of memory for a {}-byte weight panel", bytes));
   }
-  return buffer.get();
+  return {buffer.get(), reinterpret_cast<float*>(buffer.get() + panel_bytes)};
 }
 
 void pack_panel_portable(const Int8Matrix& w, int64_t n0, int64_t columns, uint8_t flip, uint8_t* panel) {

@@ -28,7 +28,6 @@ namespace simd = simd_avx512;
 #endif
 constexpr int kTileRows = QVL_INT8_TILE_ROWS;
 constexpr int Z = kPanelRegisters;
-constexpr int64_t kPanelBytesPer4 = kPanelColumns * 4;  // one 4-k step of a panel
 
 // 16 registers of 16 int32 each, transposed: out[c] lane i = in[i] lane c.
 inline void transpose16(__m512i (&v)[16]) {
@@ -201,12 +200,9 @@ void int8_quantize_rows_avx512_vnni(const Int8GemmJob& job, const void* x, Stora
 
 void int8_gemm_panels_avx512_vnni(const Int8GemmJob& job, int64_t first_panel, int64_t end_panel) {
   const Int8Matrix& w = *job.w;
-  const size_t panel_bytes = size_t(w.padded_cols / 4 * kPanelBytesPer4);
-  uint8_t* panel = int8_gemm_panel_buffer(panel_bytes + size_t(w.groups() * kPanelColumns) * sizeof(float));
-  float* scales = reinterpret_cast<float*>(panel + panel_bytes);
+  const auto [panel, scales] = int8_gemm_panel_scratch(w);
   for (int64_t p = first_panel; p < end_panel; ++p) {
-    const int64_t n0 = p * kPanelColumns;
-    const int64_t columns = w.rows - n0 < kPanelColumns ? w.rows - n0 : kPanelColumns;
+    const int64_t n0 = p * kPanelColumns, columns = panel_columns(w, p);
     if (columns <= 0) return;
     pack_panel(w, n0, columns, panel, scales);
     if (job.y_storage == Storage::F32)

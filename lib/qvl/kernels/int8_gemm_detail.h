@@ -23,6 +23,7 @@ namespace qvl::kernels::detail {
 #endif
 constexpr int kPanelRegisters = QVL_INT8_PANEL_REGISTERS;  // 16 int32 columns each
 constexpr int64_t kPanelColumns = 16 * kPanelRegisters;
+constexpr int64_t kPanelBytesPer4 = kPanelColumns * 4;  // one 4-k step of a panel
 
 struct Int8GemmJob {
   const Int8Matrix* w;
@@ -56,9 +57,19 @@ void int8_quantize_rows_avx2(const Int8GemmJob& job, const void* x, Storage x_st
 void pack_panel_portable(const Int8Matrix& w, int64_t n0, int64_t columns, uint8_t flip, uint8_t* panel);
 void pack_panel_scales(const Int8Matrix& w, int64_t n0, int64_t columns, float* scales);
 
-// The calling thread's panel buffer of at least `bytes`, 64-byte aligned,
-// kept for its next call. Throws qvl::Error when out of memory.
-uint8_t* int8_gemm_panel_buffer(size_t bytes);
+// The calling thread's buffer for one panel of w and its scales, 64-byte
+// aligned, kept for its next call. Throws qvl::Error when out of memory.
+struct PanelScratch {
+  uint8_t* panel;  // w.padded_cols / 4 steps of kPanelBytesPer4
+  float* scales;   // w.groups() × kPanelColumns
+};
+PanelScratch int8_gemm_panel_scratch(const Int8Matrix& w);
+
+// How many of panel p's kPanelColumns columns w has (≤ 0: none).
+inline int64_t panel_columns(const Int8Matrix& w, int64_t p) {
+  const int64_t left = w.rows - p * kPanelColumns;
+  return left < kPanelColumns ? left : kPanelColumns;
+}
 
 // Computes Y's columns [first_panel, end_panel) · kPanelColumns (clipped to
 // w->rows) for all rows.

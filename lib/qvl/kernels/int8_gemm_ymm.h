@@ -27,8 +27,6 @@
 
 namespace qvl::kernels::detail::ymm_gemm {
 
-constexpr int64_t kPanelBytesPer4 = kPanelColumns * 4;  // one 4-k step of a panel
-
 // 8 registers of 8 int32 each, transposed: out[c] lane i = in[i] lane c.
 static inline void transpose8(__m256i (&v)[8]) {
   __m256i t[8];
@@ -176,12 +174,9 @@ struct Kernel {
   // int8_gemm_detail.h's Int8GemmPanels.
   static void panels(const Int8GemmJob& job, int64_t first_panel, int64_t end_panel) {
     const Int8Matrix& w = *job.w;
-    const size_t panel_bytes = size_t(w.padded_cols / 4 * kPanelBytesPer4);
-    uint8_t* panel = int8_gemm_panel_buffer(panel_bytes + size_t(w.groups() * kPanelColumns) * sizeof(float));
-    float* scales = reinterpret_cast<float*>(panel + panel_bytes);
+    const auto [panel, scales] = int8_gemm_panel_scratch(w);
     for (int64_t p = first_panel; p < end_panel; ++p) {
-      const int64_t n0 = p * kPanelColumns;
-      const int64_t columns = w.rows - n0 < kPanelColumns ? w.rows - n0 : kPanelColumns;
+      const int64_t n0 = p * kPanelColumns, columns = panel_columns(w, p);
       if (columns <= 0) return;
       pack_panel(w, n0, columns, Dot::kFlip, panel, scales);
       if (job.y_storage == Storage::F32)

@@ -37,7 +37,6 @@ constexpr int kTileRows = 4;
 constexpr int kTileRegisters = 4;  // 4 columns each
 constexpr int64_t kTileColumns = 4 * kTileRegisters;
 static_assert(kPanelColumns % kTileColumns == 0, "a panel is a whole number of tiles");
-constexpr int64_t kPanelBytesPer4 = kPanelColumns * 4;  // one 4-k step of a panel
 
 // Step `Lane` of 4 (4 k each) from `p`, its X in lane `Lane` of each row's xs.
 template <int Lane, int R>
@@ -145,12 +144,9 @@ void score_keys(const attention_detail::Int8Operands& op, int64_t first, float* 
 
 void int8_gemm_panels_neon_dotprod(const Int8GemmJob& job, int64_t first_panel, int64_t end_panel) {
   const Int8Matrix& w = *job.w;
-  const size_t panel_bytes = size_t(w.padded_cols / 4 * kPanelBytesPer4);
-  uint8_t* panel = int8_gemm_panel_buffer(panel_bytes + size_t(w.groups() * kPanelColumns) * sizeof(float));
-  float* scales = reinterpret_cast<float*>(panel + panel_bytes);
+  const auto [panel, scales] = int8_gemm_panel_scratch(w);
   for (int64_t p = first_panel; p < end_panel; ++p) {
-    const int64_t n0 = p * kPanelColumns;
-    const int64_t columns = w.rows - n0 < kPanelColumns ? w.rows - n0 : kPanelColumns;
+    const int64_t n0 = p * kPanelColumns, columns = panel_columns(w, p);
     if (columns <= 0) return;
     pack_panel_portable(w, n0, columns, 0, panel);
     pack_panel_scales(w, n0, columns, scales);
