@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "qvl/kernels/attention_detail.h"
+#include "qvl/kernels/dot_product_asm.h"
 #include "qvl/kernels/simd_avx2.h"
 
 namespace qvl::kernels::attention_detail {
@@ -84,10 +85,7 @@ void score_keys_int8(const Int8Operands& op, int64_t first, float* s) {
       int32_t four;
       std::memcpy(&four, k + j * padded_dim + 4 * step, 4);
       const __m256i key = _mm256_set1_epi32(four);
-      for (int u = 0; u < 2; ++u) {
-        const __m256i pairs = _mm256_maddubs_epi16(magnitude[u], _mm256_sign_epi8(key, query[u]));
-        acc[j][u] = _mm256_add_epi32(acc[j][u], _mm256_madd_epi16(pairs, ones));
-      }
+      for (int u = 0; u < 2; ++u) acc[j][u] = dot_asm::sign_maddubs_add(acc[j][u], query[u], magnitude[u], key, ones);
     }
   }
   for (int u = 0; u < 2; ++u) {

@@ -21,6 +21,7 @@
 #include <cstring>
 
 #include "qvl/kernels/attention_detail.h"
+#include "qvl/kernels/dot_product_asm.h"
 #include "qvl/kernels/simd_avx512.h"
 
 namespace qvl::kernels::attention_detail {
@@ -86,7 +87,7 @@ void score_keys(const Int8Operands& op, int64_t first, float* s) {
       int32_t four;
       std::memcpy(&four, k + j * padded_dim + 4 * step, 4);
       const __m512i key = _mm512_set1_epi32(four);
-      for (int u = 0; u < kQueryVectors; ++u) acc[j][u] = _mm512_dpbusd_epi32(acc[j][u], query[u], key);
+      for (int u = 0; u < kQueryVectors; ++u) acc[j][u] = dot_asm::dpbusd512(acc[j][u], query[u], key);
     }
   }
   for (int u = 0; u < kQueryVectors; ++u) {

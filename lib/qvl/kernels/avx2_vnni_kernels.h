@@ -20,22 +20,15 @@
 #include <cstring>
 
 #include "qvl/kernels/attention_detail.h"
+#include "qvl/kernels/dot_product_asm.h"
 #include "qvl/kernels/int8_gemm_ymm.h"
+
+#if !defined(__AVXVNNI__) && !(defined(__AVX512VNNI__) && defined(__AVX512VL__))
+#error "avx2_vnni_kernels.h needs -mavxvnni, or -mavx512vnni -mavx512vl"
+#endif
 
 namespace qvl::kernels::avx2_vnni {
 namespace {
-
-// acc + the sum of the 4 products of u's unsigned bytes and s's signed bytes,
-// per 32-bit lane (exact: no saturation).
-inline __m256i dot_product_add(__m256i acc, __m256i u, __m256i s) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  return _mm256_dpbusd_epi32(acc, u, s);
-#elif defined(__AVXVNNI__)
-  return _mm256_dpbusd_avx_epi32(acc, u, s);
-#else
-#error "avx2_vnni_kernels.h needs -mavxvnni, or -mavx512vnni -mavx512vl"
-#endif
-}
 
 // int8_gemm_ymm.h's Dot policy.
 struct GemmDot {
@@ -44,7 +37,7 @@ struct GemmDot {
   using Weights = __m256i;
   static Weights load(const uint8_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
   static __m256i start(int32_t x_bias) { return _mm256_set1_epi32(-x_bias); }
-  static __m256i add(__m256i acc, Weights w, __m256i xb) { return dot_product_add(acc, w, xb); }
+  static __m256i add(__m256i acc, Weights w, __m256i xb) { return dot_asm::dpbusd256(acc, w, xb); }
 };
 
 inline void gemm_panels(const detail::Int8GemmJob& job, int64_t first_panel, int64_t end_panel) {
@@ -75,7 +68,7 @@ void score_keys(const attention_detail::Int8Operands& op, int64_t first, float* 
       int32_t four;
       std::memcpy(&four, k + j * padded_dim + 4 * step, 4);
       const __m256i key = _mm256_set1_epi32(four);
-      for (int u = 0; u < kQueryVectors; ++u) acc[j][u] = dot_product_add(acc[j][u], query[u], key);
+      for (int u = 0; u < kQueryVectors; ++u) acc[j][u] = dot_asm::dpbusd256(acc[j][u], query[u], key);
     }
   }
   for (int u = 0; u < kQueryVectors; ++u) {

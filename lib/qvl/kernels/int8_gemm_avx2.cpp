@@ -20,6 +20,7 @@
 
 #include <cstring>
 
+#include "qvl/kernels/dot_product_asm.h"
 #include "qvl/kernels/int8_gemm_detail.h"
 #include "qvl/kernels/int8_gemm_ymm.h"
 #include "qvl/kernels/simd_avx2.h"
@@ -42,8 +43,7 @@ struct MaddubsDot {
   }
   static __m256i start(int32_t) { return _mm256_setzero_si256(); }  // no +128 to undo
   static __m256i add(__m256i acc, const Weights& w, __m256i xb) {
-    const __m256i pairs = _mm256_maddubs_epi16(w.magnitude, _mm256_sign_epi8(xb, w.q));
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+    return dot_asm::sign_maddubs_add(acc, w.q, w.magnitude, xb, _mm256_set1_epi16(1));
   }
 };
 

@@ -6,12 +6,14 @@
 //
 // A tile of kTileRows rows × 32 columns keeps 2·kTileRows int32 accumulators
 // (one group's exact dot products) and as many float totals in registers;
-// per 4 k, two 64-byte panel loads serve every row of the tile and each row's
-// 4 bytes are broadcast from memory into its vpdpbusd.
+// per 4 k, two 64-byte panel loads serve every row of the tile, and each row's
+// 4 bytes, broadcast once, meet both (dot_product_asm.h: one vpdpbusd per
+// product and nothing else in the loop).
 #include <immintrin.h>
 
 #include <cstring>
 
+#include "qvl/kernels/dot_product_asm.h"
 #include "qvl/kernels/int8_gemm_detail.h"
 #include "qvl/kernels/simd_avx512.h"
 
@@ -113,7 +115,7 @@ void tile(const Int8GemmJob& job, const uint8_t* panel, const float* scales, int
       for (int z = 0; z < Z; ++z) weights[z] = _mm512_load_si512(p + s * kPanelBytesPer4 + 64 * z);
       for (int r = 0; r < R; ++r) {
         const __m512i xb = broadcast4(x[r] + k0 + 4 * s);
-        for (int z = 0; z < Z; ++z) dot[r][z] = _mm512_dpbusd_epi32(dot[r][z], weights[z], xb);
+        for (int z = 0; z < Z; ++z) dot[r][z] = dot_asm::dpbusd512(dot[r][z], weights[z], xb);
       }
     }
     __m512 ws[Z];

@@ -12,6 +12,7 @@
 #include <immintrin.h>
 
 #include "qvl/kernels/quant4_detail.h"
+#include "qvl/kernels/dot_product_asm.h"
 
 namespace qvl::kernels::detail {
 namespace {
@@ -61,7 +62,7 @@ struct VnniInt4Kernel {
         const __m512 x_sum = _mm512_loadu_ps(job.x_sum_lanes + (n * chunks + c) * kLanes);
         for (int r = 0; r < R; ++r) {
           const __m512i dot =
-              _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), low[r], x_low), high[r], x_high);
+              dot_asm::dpbusd512(dot_asm::dpbusd512(_mm512_setzero_si512(), low[r], x_low), high[r], x_high);
           total[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(scales[r], x_scale), total[r][n]);
           total[r][n] = _mm512_fmadd_ps(mins[r], x_sum, total[r][n]);
         }

@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include "qvl/kernels/detail.h"
+#include "qvl/kernels/dot_product_asm.h"
 
 namespace qvl::kernels::detail {
 namespace {
@@ -54,11 +55,11 @@ struct VnniKernel {
         prefetch_ahead(w, k, job.padded_cols);
         for (int r = 0; r < R; ++r) {
           weights[r] = _mm512_loadu_si512(w[r] + k);
-          weight_sum[r] = _mm512_dpbusd_epi32(weight_sum[r], ones, weights[r]);
+          weight_sum[r] = dot_asm::dpbusd512(weight_sum[r], ones, weights[r]);
         }
         for (int n = 0; n < N; ++n) {
           const __m512i x = _mm512_loadu_si512(job.x_biased + n * job.padded_cols + k);
-          for (int r = 0; r < R; ++r) dot[r][n] = _mm512_dpbusd_epi32(dot[r][n], x, weights[r]);
+          for (int r = 0; r < R; ++r) dot[r][n] = dot_asm::dpbusd512(dot[r][n], x, weights[r]);
         }
       }
       for (int r = 0; r < R; ++r) {
