@@ -264,7 +264,7 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
   cmd->add_option("--quant", o.quant,
                   "Decoder weights: none (as stored), int8 or int4 (quantized once, cached; faster decoding, "
                   "int4 fastest and least exact; both also encode images, and int8 also prefills long prompts, "
-                  "with int8 matrix products: ~1.5x bf16 on AVX-512, ~2.5x on AVX2 CPUs with AVX-VNNI)")
+                  "with int8 matrix products: ~1.5-2x bf16 on AVX-512, ~2.5-3x on AVX2 CPUs with AVX-VNNI)")
       ->check(CLI::IsMember({"none", "int8", "int4"}))
       ->capture_default_str();
   cmd->add_option("--max-context", o.max_context, "Context limit in tokens (KV cache size)")
