@@ -1,5 +1,6 @@
-// Internal to lib/qvl/kernels: vpdpbusd as one line of inline assembly, for
-// the int8 kernels' innermost loops.
+// Internal to lib/qvl/kernels: the int8 kernels' innermost step as inline
+// assembly — vpdpbusd (512- and 256-bit), and AVX2's four-instruction
+// stand-in for it.
 //
 // Why not the intrinsics: GCC 12 does not update the accumulator of
 // _mm512_dpbusd_epi32 / _mm256_dpbusd_(avx_)epi32 in place inside a tile's
@@ -14,14 +15,15 @@
 // the avx2 tier's (sign_maddubs_add below) 280–288 → 309–323. Other
 // compilers (clang, for the fuzzers) get the intrinsics.
 //
-// Each function computes acc + Σ of the 4 products of u's unsigned bytes and
-// s's signed bytes, per 32-bit lane, exactly (no saturation). Include only
-// from files built with the instruction set the function names.
+// Include only from files built with the instruction set a function needs;
+// each is static, so every such file keeps its own copy.
 #pragma once
 #include <immintrin.h>
 
 namespace qvl::kernels::dot_asm {
 
+// dpbusd512 and dpbusd256: acc + Σ of the 4 products of u's unsigned bytes and
+// s's signed bytes, per 32-bit lane, exactly (no saturation).
 #if defined(__AVX512VNNI__)
 static inline __m512i dpbusd512(__m512i acc, __m512i u, __m512i s) {
 #if defined(__GNUC__) && !defined(__clang__)

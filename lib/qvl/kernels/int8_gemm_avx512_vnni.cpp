@@ -7,8 +7,8 @@
 // A tile of kTileRows rows × 32 columns keeps 2·kTileRows int32 accumulators
 // (one group's exact dot products) and as many float totals in registers;
 // per 4 k, two 64-byte panel loads serve every row of the tile, and each row's
-// 4 bytes, broadcast once, meet both (dot_product_asm.h: one vpdpbusd per
-// product and nothing else in the loop).
+// 4 bytes, broadcast once, meet both (dot_product_asm.h keeps GCC from
+// copying the accumulators around each vpdpbusd).
 #include <immintrin.h>
 
 #include <cstring>

@@ -11,8 +11,8 @@
 // each group's sum over its 8 lanes).
 #include <immintrin.h>
 
-#include "qvl/kernels/quant4_detail.h"
 #include "qvl/kernels/dot_product_asm.h"
+#include "qvl/kernels/quant4_detail.h"
 
 namespace qvl::kernels::detail {
 namespace {
