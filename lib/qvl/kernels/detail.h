@@ -75,17 +75,19 @@ void int8_rows_avx512_vnni(const Int8Job& job, int64_t row_begin, int64_t row_en
 // kPrefetchBytes ahead, and near its row's end the same distance into the row
 // it reads next, R rows further on (measured with R = 4: +15-30% at batch 1;
 // past the matrix end a prefetch is harmless). One row at a time (R = 1) is
-// one sequential stream the hardware follows within a page: there only the
-// prefetches that reach into the next page are issued (measured, AMD EPYC
-// family 25 model 17, one thread: bf16 +10%, int8 +10-15% over prefetching
-// every chunk; at two threads within the VM's noise). `cols`: elements per row.
+// one sequential stream, prefetched the same way at every chunk. Issuing
+// only the prefetches that reach into the next page had been 10-15% faster
+// at one thread on an AMD EPYC family 25 model 17 (Zen 4; within the noise
+// at two), but on a family 26 model 2 (Zen 5), whose own prefetcher falls
+// behind, every chunk's prefetch made 2-thread decode steps faster: bf16
+// dpbf16 kernel +65%, bf16 avx2 +15%, int8 +10-15%, int4 level
+// (qvl_bench_kernels 2 "batch 1, 2 threads", alternated; docs/PERFORMANCE.md).
+// `cols`: elements per row.
 constexpr int64_t kPrefetchBytes = 1024;
 template <int R, class T>
 static inline void prefetch_ahead(const T* const (&w)[R], int64_t k, int64_t cols) {
   const int64_t ahead = kPrefetchBytes / int64_t(sizeof(T));
   const int64_t target = k + ahead < cols ? k + ahead : k + ahead + (R - 1) * cols;
-  if (R == 1 && (reinterpret_cast<uintptr_t>(w[0] + k) >> 12) == (reinterpret_cast<uintptr_t>(w[0] + target) >> 12))
-    return;
   for (int r = 0; r < R; ++r) __builtin_prefetch(w[r] + target, 0, 3);
 }
 

@@ -36,7 +36,8 @@ inline void store_sums(const Bf16Job& job, int64_t row, __m512 (&acc)[R][N]) {
 // model 17). Up to batch 2 one row at a time: the kernel waits on memory, and
 // rows read one after another are one sequential stream per thread, which the
 // hardware prefetcher follows across rows; blocks of 4 rows (4 streams a page
-// apart) streamed ~1.7x slower on one core. Beyond, more rows share each x
+// apart) streamed ~1.7x slower on one core (on a Zen 5, with every chunk
+// prefetched (detail.h), both decode alike). Beyond, more rows share each x
 // load, until the R·N accumulators, the weights and the x chunk no longer fit
 // in 32 registers. The summation order of a row does not depend on R, so a
 // vector's result is the same in any batch.
