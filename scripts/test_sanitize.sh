@@ -12,8 +12,9 @@
 #                                       (what scripts/test.sh runs: the CLI tests drive the
 #                                       decoder, vision and session code the model suite tests,
 #                                       and skipping the model suite's ASan build keeps the
-#                                       README's test command near 25 minutes; scripts/test.sh
-#                                       then leaves these CLI scripts out of its release run)
+#                                       README's test command shorter, docs/TESTING.md;
+#                                       scripts/test.sh then leaves these CLI scripts out of
+#                                       its release run)
 #   scripts/test_sanitize.sh --all      all of the above
 #
 # Extra arguments after the options go to the test binaries (doctest flags).
