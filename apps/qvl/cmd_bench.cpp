@@ -88,7 +88,7 @@ int run_bench_child(const RunFlags& f) {
   configure_threads_for(options);
   Session session(options);
   const int64_t ready_ns = monotonic_ns();
-  // The vision module is loaded (or built, the first time) before the question,
+  // The vision encoder is made (module, int8 cache) before the question,
   // so vision_s measures encoding only.
   double vision_load_s = 0;
   if (!f.images.empty()) {

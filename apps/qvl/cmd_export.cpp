@@ -1,5 +1,6 @@
-// qvl export: builds the TorchScript vision module of a model folder from its
-// checkpoint (what other commands otherwise do on first use) and prints where it is.
+// qvl export: writes the TorchScript vision module of a model folder, made from
+// its checkpoint, as a file (for Python's torch.jit.load and cross-checks; qvl
+// itself makes the module in memory at every run) and prints where it is.
 #include <fmt/core.h>
 
 #include <chrono>
@@ -42,7 +43,7 @@ int run_export(const ExportFlags& f) {
 
 void register_export(CLI::App& app, int& exit_code) {
   auto flags = std::make_shared<ExportFlags>();
-  CLI::App* cmd = app.add_subcommand("export", "Build the model's TorchScript vision module now and print its path");
+  CLI::App* cmd = app.add_subcommand("export", "Write the model's TorchScript vision module as a file (for Python's torch.jit.load; qvl makes it in memory) and print its path");
   cmd->add_option("--model", flags->model_dir, "Model folder (default: $QVL_MODEL or models/Qwen3-VL-2B-Instruct)");
   cmd->add_option("--dtype", flags->dtype, "Compute dtype of the module")->check(CLI::IsMember({"bf16", "f32"}));
   cmd->add_option("--cache-dir", flags->cache_dir,

@@ -8,7 +8,7 @@
 # answers; the size bound evicts the least recently used entry.
 source "$(dirname "$0")/common.sh" "$@"
 
-# Our own cache folder, with the vision modules the other tests built copied in.
+# Our own cache folder, with the vision int8 caches the other tests built copied in.
 SHARED_CACHE="$QVL_CACHE_DIR"
 export QVL_CACHE_DIR="$TMP/cache"
 mkdir -p "$QVL_CACHE_DIR"

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Robustness from the outside, on copies of the tiny model: a checkpoint that
 # does not match its config fails in one line naming the tensor or file before
-# anything runs; a stale or damaged TorchScript vision module is rebuilt, not
-# used; --max-memory refuses what would not fit; unusual images work end to end.
+# anything runs; a TorchScript vision module file in the cache folder is never
+# read or rewritten; --max-memory refuses what would not fit; unusual images
+# work end to end.
 source "$(dirname "$0")/common.sh" "$@"
 
-# Our own module cache: these checks count and damage the files in it.
+# Our own cache folder: these checks look at the files in it.
 export QVL_CACHE_DIR="$TMP/cache"
 IMG="$DATA/images/small.png"
 
@@ -66,41 +67,25 @@ truncate -s 1000000 "$TMP/truncated/model-00002-of-00002.safetensors"
 expect_one_line_error "truncated shard" "model-00002-of-00002.safetensors" \
   "$QVL" ask --model "$TMP/truncated" "hi"
 
-check "no vision module was built for the broken models" "[ -z \"\$(ls '$QVL_CACHE_DIR'/*.pt 2>/dev/null)\" ]"
-
-# ---------------------------------------------------------------- stale and damaged vision modules
+# ---------------------------------------------------------------- vision module files
+# qvl makes the vision module in memory from the checkpoint at every run; the
+# file `qvl export` (or an older qvl) leaves in the cache folder is not its
+# business: never read, never rewritten, never deleted.
 copy_model "$TMP/model"
-# The prompt cache off: a warm prompt would not need the vision module this checks.
+# The prompt cache off: a warm prompt would not need the vision tower this checks.
 ask_image() { "$QVL" ask --model "$TMP/model" --image "$IMG" --greedy -n 6 --dtype f32 --json --prompt-cache off "What is it?" 2>> "$TMP/modules.err"; }
 tokens() { python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])'; }
 modules() { ls "$QVL_CACHE_DIR"/vision-*.pt 2>/dev/null; }
 
 first=$(ask_image | tokens)
-check "an image question builds one module" "[ \$(modules | wc -l) -eq 1 ] || { cat '$TMP/modules.err'; false; }"
-module=$(modules)
-size=$(stat -c %s "$module")
-
-truncate -s $((size / 2)) "$module"
-again=$(ask_image | tokens)
-check "a truncated module is rebuilt: the question still works" "[ -n '$again' ] && [ '$again' = '$first' ] || { cat '$TMP/modules.err'; false; }"
-check "... the module is whole again" "[ \$(stat -c %s '$module') -eq $size ]"
-
+check "an image question answers and writes no module file" \
+  "[ -n '$first' ] && [ -z \"\$(modules)\" ] || { cat '$TMP/modules.err'; false; }"
+"$QVL" export --model "$TMP/model" --dtype f32 > "$TMP/export.out" 2>> "$TMP/modules.err"
+module=$(cat "$TMP/export.out")
 printf 'PK\003\004 not really a zip' > "$module"
 again=$(ask_image | tokens)
-check "a module overwritten with junk is rebuilt too" "[ '$again' = '$first' ] && [ \$(stat -c %s '$module') -eq $size ]"
-
-# Same weights, another config.json: the vision tower's head count is not in
-# any tensor shape, so only the config's bytes can tell the module is stale.
-python3 - "$TMP/model/config.json" <<'PY'
-import json, sys
-cfg = json.load(open(sys.argv[1]))
-cfg["vision_config"]["num_heads"] = 2
-json.dump(cfg, open(sys.argv[1], "w"), indent=1)
-PY
-ask_image > /dev/null
-check "an edited config.json gets a new module" "[ \$(modules | wc -l) -eq 1 ] && [ \"\$(modules)\" != '$module' ]"
-check "... named by the same weights' fingerprint" \
-  "case \"\$(modules)\" in *\$(basename '$module' | cut -d- -f2)*) true;; *) false;; esac"
+check "a module file overwritten with junk changes nothing: same answer" "[ '$again' = '$first' ] || { cat '$TMP/modules.err'; false; }"
+check "... and the file is left as it was" "[ \"\$(head -c 2 '$module')\" = PK ] && [ \$(stat -c %s '$module') -lt 100 ]"
 
 # ---------------------------------------------------------------- --max-memory
 expect_one_line_error "--max-memory below the model's needs" "but --max-memory is 100 MB" \
@@ -112,12 +97,9 @@ expect_one_line_error "a long context's KV cache is named as the cause" "a small
 # The tiny model needs under 400 MB; a 4-megapixel image adds well over 100 MB.
 "$QVL" ask --model "$MODEL" --max-memory 500 -n 2 "hi" > /dev/null 2> "$TMP/mem.err"
 check "a text question fits in 500 MB" "[ $? -eq 0 ] || { cat '$TMP/mem.err'; false; }"
-export QVL_CACHE_DIR="$TMP/cache-unused"
 expect_one_line_error "a huge --max-pixels image over the limit" "lower --max-pixels" \
   "$QVL" ask --model "$MODEL" --max-memory 500 --min-pixels 4000000 --max-pixels 4000000 --max-context 20000 \
   --image "$DATA/images/big.jpg" "hi"
-check "... refused before the vision encoder was built or run" "[ -z \"\$(ls '$QVL_CACHE_DIR'/*.pt 2>/dev/null)\" ]"
-export QVL_CACHE_DIR="$TMP/cache"
 
 # ---------------------------------------------------------------- other formats, hostile and fine
 # Each hostile file (scripts/make_bad_images.py): exit 1 and one line naming the file, quickly;

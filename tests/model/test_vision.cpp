@@ -219,24 +219,17 @@ TEST_CASE("vision encoder: wrong pixel shapes are refused") {
   CHECK_THROWS_AS(enc.encode(at::zeros({g.patches(), 1536}, at::kDouble), {g}), qvl::Error);
 }
 
-TEST_CASE("vision module cache: named by weights, builder version and dtype; built with no Python") {
+TEST_CASE("vision module file (qvl export): named by weights, builder version and dtype; built with no Python") {
   auto& f = fixtures();
   const std::string fp = f.ckpt.fingerprint();
   CHECK(qvl::vision_module_path("/c", fp, at::kFloat) != qvl::vision_module_path("/c", fp, at::kBFloat16));
   CHECK(qvl::vision_module_path("/c", fp, at::kFloat).find(fp) != std::string::npos);
   CHECK(qvl::vision_module_path("/c", fp, at::kFloat).find(qvl::vision_module_version()) != std::string::npos);
-  CHECK(f.encoder(at::kFloat).module_path() ==
-        qvl::vision_module_path(f.cache.path, qvl::vision_module_key(qvl::test::tiny_model_dir(), f.ckpt), at::kFloat));
 
+  // No Python anywhere (the variable qvl once read, and no PATH): the module is still made.
   TempDir empty("qvl-vision-test");
   qvl::VisionOptions opts;
   opts.cache_dir = empty.path;
-  opts.build_if_missing = false;
-  CHECK_THROWS_WITH_AS(qvl::ensure_vision_module(qvl::test::tiny_model_dir(), f.ckpt, opts),
-                       doctest::Contains("qvl export"), qvl::Error);
-
-  // No Python anywhere (the variable qvl once read, and no PATH): the module is still made.
-  opts.build_if_missing = true;
   const std::string path = std::getenv("PATH") ? std::getenv("PATH") : "";
   ::setenv("QVL_PYTHON", "/nonexistent/python3", 1);
   ::setenv("PATH", "/nonexistent", 1);
@@ -247,6 +240,40 @@ TEST_CASE("vision module cache: named by weights, builder version and dtype; bui
   CHECK(file.path == qvl::vision_module_path(empty.path, qvl::vision_module_key(qvl::test::tiny_model_dir(), f.ckpt),
                                              at::kBFloat16));
   CHECK_FALSE(qvl::ensure_vision_module(qvl::test::tiny_model_dir(), f.ckpt, opts).built);  // found, not rebuilt
+}
+
+TEST_CASE("vision encoder: makes its module in memory, and no file is read or written") {
+  // The encoders of every dtype and quantization leave their cache folder as
+  // they found it: the module is never saved, nor looked for (vision_encoder.cpp).
+  auto& f = fixtures();
+  TempDir dir("qvl-vision-test");
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    for (bool native : {true, false}) {
+      qvl::VisionOptions opts;
+      opts.dtype = dtype;
+      opts.cache_dir = dir.path;
+      opts.native_blocks = native;
+      qvl::VisionEncoder encoder(qvl::test::tiny_model_dir(), f.cfg, f.ckpt, opts);
+      const qvl::VisionFeatures got = encoder.encode(f.pixels("small.png"), {f.grid("one_image")});
+      CHECK(got.embeds.size(0) > 0);
+    }
+  }
+  CHECK(dir.files().empty());
+  // A module file that cannot be read changes nothing either.
+  qvl::VisionOptions opts;
+  opts.dtype = at::kFloat;
+  opts.cache_dir = dir.path;
+  {
+    std::FILE* out = std::fopen(qvl::vision_module_path(dir.path, qvl::vision_module_key(qvl::test::tiny_model_dir(), f.ckpt),
+                                                       at::kFloat).c_str(), "w");
+    REQUIRE(out);
+    std::fputs("not a TorchScript archive", out);
+    std::fclose(out);
+  }
+  qvl::VisionEncoder encoder(qvl::test::tiny_model_dir(), f.cfg, f.ckpt, opts);
+  const at::Tensor px = f.pixels("photo.jpg");
+  CHECK(relative_error(encoder.encode(px, {f.grid("system_image")}).embeds, f.golden("system_image.vision.merger_out")) <=
+        kFloat32Tolerance);
 }
 
 TEST_CASE("vision module builder: the parameters are the checkpoint's vision tensors") {
@@ -277,24 +304,32 @@ TEST_CASE("vision module builder: the parameters are the checkpoint's vision ten
   }
 }
 
-TEST_CASE("vision module builder: the module made now and the one read back from its file agree exactly") {
-  // The first encoder of a cache folder runs the module as made; later ones load its file.
+TEST_CASE("vision module file: what qvl export writes runs exactly as the module qvl makes in memory") {
+  // Python's torch.jit.load reads the same archive; here libtorch reads it.
   auto& f = fixtures();
   TempDir dir("qvl-vision-test");
   qvl::VisionOptions opts;
   opts.dtype = at::kFloat;
   opts.cache_dir = dir.path;
-  opts.native_blocks = false;  // the module's own TorchScript forward, not only its parameters
-  qvl::VisionEncoder made(qvl::test::tiny_model_dir(), f.cfg, f.ckpt, opts);
-  qvl::VisionEncoder loaded(qvl::test::tiny_model_dir(), f.cfg, f.ckpt, opts);
-  REQUIRE(made.module_path() == loaded.module_path());
-  at::Tensor px = f.pixels("photo.jpg");
-  qvl::VisionFeatures a = made.encode(px, {f.grid("system_image")});
-  qvl::VisionFeatures b = loaded.encode(px, {f.grid("system_image")});
-  CHECK(at::equal(a.embeds, b.embeds));
-  REQUIRE(a.deepstack.size() == b.deepstack.size());
-  for (size_t i = 0; i < a.deepstack.size(); ++i) CHECK(at::equal(a.deepstack[i], b.deepstack[i]));
-  CHECK(relative_error(a.embeds, f.golden("system_image.vision.merger_out")) <= kFloat32Tolerance);
+  const qvl::VisionModuleFile file = qvl::ensure_vision_module(qvl::test::tiny_model_dir(), f.ckpt, opts);
+  REQUIRE(file.built);
+  torch::jit::Module loaded = torch::jit::load(file.path);
+  loaded.eval();
+  const at::Tensor px = f.pixels("photo.jpg");
+  const ImageGrid grid = f.grid("system_image");
+  const qvl::VisionPositions pos = qvl::vision_positions(f.cfg.vision, {grid});
+  at::NoGradGuard no_autograd;
+  const auto out = loaded.forward({px, pos.pos_index, pos.pos_weight, pos.rope_cos, pos.rope_sin,
+                                   c10::List<int64_t>(pos.seq_lens)})
+                       .toTuple()
+                       ->elements();
+  const qvl::VisionFeatures made = f.encoder(at::kFloat, /*native=*/false).encode(px, {grid});
+  const at::Tensor file_embeds = out.at(0).toTensor();
+  CHECK(at::equal(made.embeds, file_embeds));
+  const std::vector<at::Tensor> file_deepstack = out.at(1).toTensorVector();
+  REQUIRE(made.deepstack.size() == file_deepstack.size());
+  for (size_t i = 0; i < made.deepstack.size(); ++i) CHECK(at::equal(made.deepstack[i], file_deepstack[i]));
+  CHECK(relative_error(file_embeds, f.golden("system_image.vision.merger_out")) <= kFloat32Tolerance);
 }
 
 TEST_CASE("vision module builder: a checkpoint that does not match config.json is refused, naming the tensor") {

@@ -40,7 +40,6 @@ VisionOptions cache_options(const SessionOptions& o, at::ScalarType dtype) {
   VisionOptions vo;
   vo.dtype = dtype;
   vo.cache_dir = o.cache_dir;
-  vo.build_if_missing = o.build_vision_if_missing;
   // int8 and int4 both run the vision linears in int8 (vision_int8.h).
   vo.quant = o.quant;
   vo.on_note = o.on_note;
@@ -62,7 +61,7 @@ DecoderOptions decoder_options(const SessionOptions& o, const Checkpoint& ckpt, 
   DecoderOptions d{dtype, o.lazy, o.max_context};
   d.quant = o.quant;
   if (d.quant != WeightQuant::None) {
-    // Beside the vision module: one folder per model holds everything derived from it.
+    // One folder per model holds everything derived from it (io/cache_dir.h).
     d.quant_cache_dir = model_cache_dir(o.model_dir, ckpt.fingerprint(), o.cache_dir);
     d.on_note = o.on_note;
   }

@@ -41,9 +41,8 @@ struct SessionOptions {
   int pdf_dpi = 0;               // 0: kDefaultPdfDpi
   int64_t max_image_pixels = 50'000'000;  // refuse larger decoded images
   WeightQuant quant = WeightQuant::None;  // Int8: decoder projections as int8, made once and cached
-  std::string cache_dir;       // TorchScript module, int8/int4 weight and tokenizer caches; "" = $QVL_CACHE_DIR, else default
+  std::string cache_dir;       // int8/int4 weight and tokenizer caches, prompt cache; "" = $QVL_CACHE_DIR, else default
   std::function<void(const std::string&)> on_note;  // one-line notes about one-time work (building caches)
-  bool build_vision_if_missing = true;
   int64_t feature_cache_mb = 256;  // vision features of recent images kept in memory (0: off)
   bool keep_first_logits = false;  // copy the logits of the first generated token into Answer (debugging, dtype comparisons)
   // Prompt cache (session/prompt_cache.h): a new conversation whose prompt

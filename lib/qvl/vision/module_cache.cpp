@@ -74,20 +74,16 @@ std::string vision_module_path(const std::string& cache_dir, const std::string& 
 }
 
 VisionModuleFile ensure_vision_module(const std::string& model_dir, const Checkpoint& ckpt, const VisionOptions& opts,
-                                      bool force, torch::jit::Module* module) {
+                                      bool force) {
   const std::string fingerprint = ckpt.fingerprint();
   const std::string dir = model_cache_dir(model_dir, fingerprint, opts.cache_dir);
   const std::string path = vision_module_path(dir, vision_module_key(model_dir, ckpt), opts.dtype);
   const bool present = file_exists(path);
   // A damaged module (a full disk, a killed copy) is rebuilt like a missing one.
   if (present && !force && module_archive_is_whole(path)) return {path, false};
-  if (!opts.build_if_missing && !force)
-    throw Error(fmt::format("vision module {} is {}; build it with `qvl export --model {} --dtype {}`", path,
-                            present ? "damaged" : "missing", model_dir, vision_dtype_tag(opts.dtype)));
   torch::jit::Module made = build_vision_module(load_model_config(model_dir), ckpt, opts.dtype);
   save_vision_module(made, path);
   remove_stale_modules(dir, fingerprint, path, opts.dtype);
-  if (module) *module = made;
   return {path, true};
 }
 

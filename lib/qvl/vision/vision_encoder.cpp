@@ -17,7 +17,6 @@
 #include "qvl/vision/module_builder.h"
 #include "qvl/vision/patch_layers.h"
 #include "qvl/vision/positions.h"
-#include "qvl/vision/prefaulted_allocations.h"
 #include "qvl/vision/vision_blocks.h"
 #include "qvl/vision/vision_int8.h"
 
@@ -42,26 +41,24 @@ void configure_executor_once() {
 
 // TorchScript errors carry a multi-line traceback; qvl reports one line.
 template <class Fn>
-auto run_module(const std::string& path, Fn&& fn) {
+auto run_module(Fn&& fn) {
   try {
     return fn();
   } catch (const c10::Error& e) {
     std::string what = e.what_without_backtrace();
-    throw Error(fmt::format("vision module {} failed: {}", path, what.substr(0, what.find('\n'))));
+    throw Error(fmt::format("vision module failed: {}", what.substr(0, what.find('\n'))));
   }
 }
 
 }  // namespace
 
 struct VisionEncoder::Impl {
-  std::string model_dir;
   const Checkpoint* ckpt = nullptr;
-  VisionOptions opts;
+  ModelConfig model_cfg;  // what build_vision_module reads
   VisionConfig cfg;
   at::ScalarType dtype;
-  std::string path;
-  // Loaded at construction, except with int8 vision, where only block_input
-  // and the TorchScript forward need it and load it at their first call.
+  // Made at construction, except with int8 vision, where only block_input
+  // and the TorchScript forward need it and make it at their first call.
   std::optional<torch::jit::Module> module;
   // int8 vision: the linears' int8 weights, mapped from the cache file.
   std::unique_ptr<kernels::Int8Cache> int8;
@@ -82,28 +79,18 @@ struct VisionEncoder::Impl {
     return c10::ivalue::Tuple::create({merger->run(x), c10::IValue(deepstack)});
   }
 
-  // Finds (or builds) the module file and loads it; a module built just now
-  // is used as made (its parameters may view the checkpoint).
-  void load_module() {
-    torch::jit::Module built;
-    const VisionModuleFile file = ensure_vision_module(model_dir, *ckpt, opts, /*force=*/false, &built);
-    path = file.path;
-    if (file.built) {
-      module = built;
-    } else {
-      try {
-        PrefaultedAllocations prefaulted;
-        module = torch::jit::load(path, c10::Device(c10::kCPU));
-      } catch (const c10::Error& e) {
-        throw Error(fmt::format("cannot load vision module {} ({}); rebuild it with `qvl export --force`", path,
-                                e.what_without_backtrace()));
-      }
-    }
-    module->eval();
-  }
-
+  // The module is made here, in memory, every time, not read back from a
+  // file: compiling its TorchScript source takes ~0.05 s for the 2B tower,
+  // and its bf16 parameters are views of the mapped checkpoint, page-cache
+  // pages the kernel can share and reclaim. Loading the file `qvl export`
+  // writes copies every tensor into fresh anonymous memory instead: 0.5 s on a
+  // Zen 4 VM, 1.7-3.3 s on a Zen 5 one, where each new 4 KB page costs ~7 us
+  // (docs/PERFORMANCE.md, "Vision weights straight from the checkpoint").
   torch::jit::Module& script() {
-    if (!module) load_module();
+    if (!module) {
+      module = build_vision_module(model_cfg, *ckpt, dtype);
+      module->eval();
+    }
     return *module;
   }
 
@@ -124,9 +111,8 @@ VisionEncoder::VisionEncoder(const std::string& model_dir, const ModelConfig& cf
                              const VisionOptions& opts)
     : impl_(std::make_unique<Impl>()) {
   Impl& d = *impl_;
-  d.model_dir = model_dir;
   d.ckpt = &ckpt;
-  d.opts = opts;
+  d.model_cfg = cfg;
   d.cfg = cfg.vision;
   d.dtype = opts.dtype;
   configure_executor_once();
@@ -134,14 +120,13 @@ VisionEncoder::VisionEncoder(const std::string& model_dir, const ModelConfig& cf
   std::map<std::string, at::Tensor> params;
   if (int8) {
     // The linears come from the int8 cache and the rest straight from the
-    // checkpoint, as the module would hold them: the module, whose bf16 copy
-    // of the linears would stay in memory for the whole run, is not loaded.
+    // checkpoint, as the module would hold them; the module, whose bf16
+    // linears are not needed, is not made.
     const std::string dir = model_cache_dir(model_dir, ckpt.fingerprint(), opts.cache_dir);
-    d.path = vision_module_path(dir, vision_module_key(model_dir, ckpt), opts.dtype);
     d.int8 = load_vision_int8_cache(cfg, ckpt, dir, opts.on_note);
     params = vision_parameters(cfg, ckpt, opts.dtype, vision_int8_weight_names(cfg.vision));
   } else {
-    d.load_module();
+    d.script();
     if (!opts.native_blocks) return;
     for (const auto& p : d.module->named_parameters()) params[p.name] = p.value;
   }
@@ -155,14 +140,13 @@ VisionEncoder::VisionEncoder(const std::string& model_dir, const ModelConfig& cf
 
 VisionEncoder::~VisionEncoder() = default;
 
-const std::string& VisionEncoder::module_path() const { return impl_->path; }
 at::ScalarType VisionEncoder::dtype() const { return impl_->dtype; }
 
 VisionFeatures VisionEncoder::encode(const at::Tensor& pixel_values, const std::vector<ImageGrid>& grids) {
   VisionPositions pos = impl_->positions_for(pixel_values, grids);
   // No-grad rather than inference mode: callers may still update the features in place.
   at::NoGradGuard no_autograd;
-  auto result = run_module(impl_->path, [&] {
+  auto result = run_module([&] {
     if (impl_->blocks) return impl_->forward_native(pixel_values.contiguous(), pos);
     return impl_->script().forward({pixel_values.contiguous(), pos.pos_index, pos.pos_weight, pos.rope_cos,
                                   pos.rope_sin, c10::List<int64_t>(pos.seq_lens)});
@@ -172,7 +156,7 @@ VisionFeatures VisionEncoder::encode(const at::Tensor& pixel_values, const std::
   features.embeds = outputs.at(0).toTensor();
   for (const auto& t : outputs.at(1).toTensorVector()) features.deepstack.push_back(t);
   if (features.deepstack.size() != impl_->cfg.deepstack_visual_indexes.size())
-    throw Error(fmt::format("vision module {} gives {} deepstack features but config.json lists {}", impl_->path,
+    throw Error(fmt::format("vision module gives {} deepstack features but config.json lists {}",
                             features.deepstack.size(), impl_->cfg.deepstack_visual_indexes.size()));
   return features;
 }
@@ -180,7 +164,7 @@ VisionFeatures VisionEncoder::encode(const at::Tensor& pixel_values, const std::
 at::Tensor VisionEncoder::block_input(const at::Tensor& pixel_values, const std::vector<ImageGrid>& grids) {
   VisionPositions pos = impl_->positions_for(pixel_values, grids);
   at::NoGradGuard no_autograd;
-  return run_module(impl_->path, [&] {
+  return run_module([&] {
     return impl_->script().get_method("block_input")({pixel_values.contiguous(), pos.pos_index, pos.pos_weight})
         .toTensor();
   });

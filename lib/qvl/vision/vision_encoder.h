@@ -1,17 +1,17 @@
 // The vision tower: image patches in, decoder-width features out. It runs the
-// TorchScript module qvl makes from the checkpoint (module_builder.h; made and
-// cached on first use, see module_cache.h); the position data it needs is
-// computed here (positions.h).
+// TorchScript module qvl makes from the checkpoint (module_builder.h), in
+// memory, when the encoder is made: its parameters drive the native blocks
+// (vision_blocks.h) and its TorchScript forward is their reference. The
+// position data it needs is computed here (positions.h).
 #pragma once
 #include <ATen/core/Tensor.h>
 
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "qvl/model/config.h"
 #include "qvl/model/grid.h"
-#include "qvl/vision/module_cache.h"
+#include "qvl/vision/module_cache.h"  // VisionOptions
 
 namespace qvl {
 
@@ -24,11 +24,10 @@ struct VisionFeatures {
 
 class VisionEncoder {
  public:
-  // Builds the module first when it is missing and opts.build_if_missing
-  // (seconds: its file is written). ckpt must outlive the encoder: a module
-  // made just now views the checkpoint's tensors, and so do int8 vision's
-  // other parameters. opts.quant Int8/Int4 with native_blocks: int8 linears
-  // (vision_int8.h), the module not loaded.
+  // ckpt must outlive the encoder: the module's bf16 parameters view the
+  // checkpoint's tensors, and so do int8 vision's other parameters.
+  // opts.quant Int8/Int4 with native_blocks: int8 linears (vision_int8.h),
+  // the module not made unless block_input or the TorchScript forward runs.
   VisionEncoder(const std::string& model_dir, const ModelConfig& cfg, const Checkpoint& ckpt,
                 const VisionOptions& opts);
   ~VisionEncoder();
@@ -40,10 +39,9 @@ class VisionEncoder {
   VisionFeatures encode(const at::Tensor& pixel_values, const std::vector<ImageGrid>& grids);
 
   // What the first block sees: patch embedding plus position embedding [N, hidden] (for tests;
-  // runs the module's TorchScript, loading the module first with int8 vision).
+  // runs the module's TorchScript, making the module first with int8 vision).
   at::Tensor block_input(const at::Tensor& pixel_values, const std::vector<ImageGrid>& grids);
 
-  const std::string& module_path() const;
   at::ScalarType dtype() const;
 
  private:
