@@ -94,13 +94,11 @@ VisionBlocks::VisionBlocks(const VisionConfig& cfg, const std::map<std::string, 
   }
 }
 
-at::Tensor VisionBlocks::attention(const at::Tensor& qkv, const VisionPositions& pos) const {
-  const int64_t n = qkv.size(0), heads = cfg_.num_heads, head_dim = cfg_.hidden_size / heads;
-  const kernels::Storage s = activation_storage(qkv);
-  at::Tensor q = at::empty({heads, n, head_dim}, qkv.options());
-  at::Tensor k = at::empty_like(q), v = at::empty_like(q);
-  kernels::split_qkv_rotary(s, qkv.data_ptr(), pos.rope_cos.data_ptr<float>(), pos.rope_sin.data_ptr<float>(), n,
-                            heads, head_dim, q.data_ptr(), k.data_ptr(), v.data_ptr());
+void VisionBlocks::attention(Buffers& b, const VisionPositions& pos) const {
+  const int64_t n = b.qkv.size(0), heads = cfg_.num_heads, head_dim = cfg_.hidden_size / heads;
+  const kernels::Storage s = activation_storage(b.qkv);
+  kernels::split_qkv_rotary(s, b.qkv.data_ptr(), pos.rope_cos.data_ptr<float>(), pos.rope_sin.data_ptr<float>(), n,
+                            heads, head_dim, b.q.data_ptr(), b.k.data_ptr(), b.v.data_ptr());
 
   // One task per (image, head, block of queries), each a fused pass over the
   // image's keys (kernels/attention.h); a task repacks its head's keys and
@@ -117,16 +115,14 @@ at::Tensor VisionBlocks::attention(const at::Tensor& qkv, const VisionPositions&
     start += length;
   }
   const float scale = 1.0f / std::sqrt(float(head_dim));
-  at::Tensor out = at::empty({n, heads, head_dim}, qkv.options());
-  const kernels::AttentionTensors tensors{q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), n, heads, head_dim,
-                                          attention_scores};
+  const kernels::AttentionTensors tensors{b.q.data_ptr(), b.k.data_ptr(), b.v.data_ptr(), b.attended.data_ptr(),
+                                          n, heads, head_dim, attention_scores};
   at::parallel_for(0, int64_t(tasks.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const Task& t = tasks[size_t(i)];
       kernels::attend_block(s, tensors, {t.head, t.start, t.length, t.query, t.queries}, scale);
     }
   });
-  return out.view({n, heads * head_dim});
 }
 
 at::Tensor VisionBlocks::run(at::Tensor x, const VisionPositions& pos, std::vector<at::Tensor>* taps) const {
@@ -135,25 +131,40 @@ at::Tensor VisionBlocks::run(at::Tensor x, const VisionPositions& pos, std::vect
                             cfg_.hidden_size));
   x = x.contiguous().clone();  // updated in place below
   const kernels::Storage s = activation_storage(x);
-  const int64_t n = x.size(0);
-  at::Tensor normed = at::empty_like(x);
-  at::Tensor pending;  // the last MLP output, added to x by the next LayerNorm
+  const int64_t n = x.size(0), hidden = cfg_.hidden_size, heads = cfg_.num_heads;
+  // Every block's activations live in the same buffers. Allocated per block,
+  // the allocator handed the larger ones back to the kernel between blocks
+  // and each block faulted them in again (57,800 page faults in one 640x480
+  // image's blocks).
+  Buffers b;
+  b.normed = at::empty_like(x);
+  b.qkv = at::empty({n, 3 * hidden}, x.options());
+  b.q = at::empty({heads, n, hidden / heads}, x.options());
+  b.k = at::empty_like(b.q);
+  b.v = at::empty_like(b.q);
+  b.attended = at::empty({n, hidden}, x.options());
+  b.projected = at::empty({n, hidden}, x.options());
+  b.inner = at::empty({n, cfg_.intermediate_size}, x.options());
+  b.pending = at::empty({n, hidden}, x.options());
+  bool pending = false;  // b.pending holds the last MLP output, added to x by the next LayerNorm
   const auto& taps_at = cfg_.deepstack_visual_indexes;
   for (size_t i = 0; i < blocks_.size(); ++i) {
-    const Block& b = blocks_[i];
-    kernels::add_layer_norm(s, x.data_ptr(), pending.defined() ? pending.data_ptr() : nullptr, normed.data_ptr(),
-                            b.norm1_weight.data(), b.norm1_bias.data(), n, cfg_.hidden_size, kLayerNormEps);
-    at::Tensor attended = attention(vision_linear(normed, b.qkv_weight, b.qkv_bias), pos);
-    at::Tensor projected = vision_linear(attended, b.proj_weight, b.proj_bias);
-    kernels::add_layer_norm(s, x.data_ptr(), projected.data_ptr(), normed.data_ptr(), b.norm2_weight.data(),
-                            b.norm2_bias.data(), n, cfg_.hidden_size, kLayerNormEps);
-    at::Tensor inner = vision_linear(normed, b.fc1_weight, b.fc1_bias);
-    kernels::gelu_tanh(s, inner.data_ptr(), inner.numel());
-    pending = vision_linear(inner, b.fc2_weight, b.fc2_bias);
+    const Block& block = blocks_[i];
+    kernels::add_layer_norm(s, x.data_ptr(), pending ? b.pending.data_ptr() : nullptr, b.normed.data_ptr(),
+                            block.norm1_weight.data(), block.norm1_bias.data(), n, hidden, kLayerNormEps);
+    tensor::linear_into(b.qkv, b.normed, block.qkv_weight, block.qkv_bias, b.scratch);
+    attention(b, pos);
+    tensor::linear_into(b.projected, b.attended, block.proj_weight, block.proj_bias, b.scratch);
+    kernels::add_layer_norm(s, x.data_ptr(), b.projected.data_ptr(), b.normed.data_ptr(), block.norm2_weight.data(),
+                            block.norm2_bias.data(), n, hidden, kLayerNormEps);
+    tensor::linear_into(b.inner, b.normed, block.fc1_weight, block.fc1_bias, b.scratch);
+    kernels::gelu_tanh(s, b.inner.data_ptr(), b.inner.numel());
+    tensor::linear_into(b.pending, b.inner, block.fc2_weight, block.fc2_bias, b.scratch);
+    pending = true;
     const bool tapped = std::find(taps_at.begin(), taps_at.end(), int64_t(i)) != taps_at.end();
     if (tapped || i + 1 == blocks_.size()) {
-      x.add_(pending);
-      pending = at::Tensor();
+      x.add_(b.pending);
+      pending = false;
       if (tapped) taps->push_back(x.clone());
     }
   }

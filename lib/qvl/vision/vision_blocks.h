@@ -76,7 +76,12 @@ class VisionBlocks {
     at::Tensor qkv_bias, proj_bias, fc1_bias, fc2_bias;
     std::vector<float> norm1_weight, norm1_bias, norm2_weight, norm2_bias;
   };
-  at::Tensor attention(const at::Tensor& qkv, const VisionPositions& pos) const;
+  // One run's activations, made once and reused by every block (see run()).
+  struct Buffers {
+    at::Tensor normed, qkv, q, k, v, attended, projected, inner, pending, scratch;
+  };
+  // attended = attention over qkv (both in `b`).
+  void attention(Buffers& b, const VisionPositions& pos) const;
 
   VisionConfig cfg_;
   std::vector<Block> blocks_;
