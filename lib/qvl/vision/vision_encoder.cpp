@@ -54,8 +54,7 @@ auto run_module(Fn&& fn) {
 
 struct VisionEncoder::Impl {
   const Checkpoint* ckpt = nullptr;
-  ModelConfig model_cfg;  // what build_vision_module reads
-  VisionConfig cfg;
+  ModelConfig model_cfg;  // what build_vision_module reads; the tower's part is .vision
   at::ScalarType dtype;
   // Made at construction, except with int8 vision, where only block_input
   // and the TorchScript forward need it and make it at their first call.
@@ -95,6 +94,7 @@ struct VisionEncoder::Impl {
   }
 
   VisionPositions positions_for(const at::Tensor& pixel_values, const std::vector<ImageGrid>& grids) const {
+    const VisionConfig& cfg = model_cfg.vision;
     const int64_t row = cfg.in_channels * cfg.temporal_patch_size * cfg.patch_size * cfg.patch_size;
     VisionPositions pos = vision_positions(cfg, grids);
     const int64_t patches = pos.pos_index.size(1);
@@ -113,7 +113,6 @@ VisionEncoder::VisionEncoder(const std::string& model_dir, const ModelConfig& cf
   Impl& d = *impl_;
   d.ckpt = &ckpt;
   d.model_cfg = cfg;
-  d.cfg = cfg.vision;
   d.dtype = opts.dtype;
   configure_executor_once();
   const bool int8 = opts.native_blocks && opts.quant != WeightQuant::None;
@@ -131,11 +130,12 @@ VisionEncoder::VisionEncoder(const std::string& model_dir, const ModelConfig& cf
     for (const auto& p : d.module->named_parameters()) params[p.name] = p.value;
   }
   const Int8Weights* weights = d.int8 ? &d.int8->matrices() : nullptr;
-  d.embedding = std::make_unique<PatchEmbedding>(d.cfg, params);
-  d.blocks = std::make_unique<VisionBlocks>(d.cfg, params, weights);
-  for (size_t i = 0; i < d.cfg.deepstack_visual_indexes.size(); ++i)
-    d.deepstack_mergers.emplace_back(d.cfg, params, fmt::format("deepstack_merger_list.{}.", i), true, weights);
-  d.merger = std::make_unique<PatchMerger>(d.cfg, params, "merger.", false, weights);
+  const VisionConfig& vision = cfg.vision;
+  d.embedding = std::make_unique<PatchEmbedding>(vision, params);
+  d.blocks = std::make_unique<VisionBlocks>(vision, params, weights);
+  for (size_t i = 0; i < vision.deepstack_visual_indexes.size(); ++i)
+    d.deepstack_mergers.emplace_back(vision, params, fmt::format("deepstack_merger_list.{}.", i), true, weights);
+  d.merger = std::make_unique<PatchMerger>(vision, params, "merger.", false, weights);
 }
 
 VisionEncoder::~VisionEncoder() = default;
@@ -155,9 +155,9 @@ VisionFeatures VisionEncoder::encode(const at::Tensor& pixel_values, const std::
   VisionFeatures features;
   features.embeds = outputs.at(0).toTensor();
   for (const auto& t : outputs.at(1).toTensorVector()) features.deepstack.push_back(t);
-  if (features.deepstack.size() != impl_->cfg.deepstack_visual_indexes.size())
+  if (features.deepstack.size() != impl_->model_cfg.vision.deepstack_visual_indexes.size())
     throw Error(fmt::format("vision module gives {} deepstack features but config.json lists {}",
-                            features.deepstack.size(), impl_->cfg.deepstack_visual_indexes.size()));
+                            features.deepstack.size(), impl_->model_cfg.vision.deepstack_visual_indexes.size()));
   return features;
 }
 
