@@ -155,9 +155,10 @@ VisionFeatures VisionEncoder::encode(const at::Tensor& pixel_values, const std::
   VisionFeatures features;
   features.embeds = outputs.at(0).toTensor();
   for (const auto& t : outputs.at(1).toTensorVector()) features.deepstack.push_back(t);
-  if (features.deepstack.size() != impl_->model_cfg.vision.deepstack_visual_indexes.size())
+  const size_t expected = impl_->model_cfg.vision.deepstack_visual_indexes.size();
+  if (features.deepstack.size() != expected)
     throw Error(fmt::format("vision module gives {} deepstack features but config.json lists {}",
-                            features.deepstack.size(), impl_->model_cfg.vision.deepstack_visual_indexes.size()));
+                            features.deepstack.size(), expected));
   return features;
 }
 
