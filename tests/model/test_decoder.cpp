@@ -373,15 +373,22 @@ TEST_CASE("decoder lazy and eager loading give identical results") {
 TEST_CASE("decoder lazy prefetch: covers every text weight a forward pass reads, once; off when eager or asked") {
   const Checkpoint& ckpt = tiny_checkpoint();
   const TextConfig& cfg = tiny_config();
-  // What a forward pass reads, from the checkpoint's own list: every text
-  // tensor, the embedding table only as the tied lm_head (lookups read rows).
-  size_t expected = 0;
+  // What a forward pass reads through the mapping, from the checkpoint's own
+  // list: every text tensor that is not copied out of it (the small ones are
+  // read from the file), the embedding table only as the tied lm_head
+  // (lookups read rows).
+  size_t expected = 0, copied = 0;
   for (const std::string& name : ckpt.names()) {
     const bool text = name.rfind("model.language_model.", 0) == 0 || name == "lm_head.weight";
     const bool embed = name == "model.language_model.embed_tokens.weight";
-    if (text && (!embed || cfg.tie_word_embeddings)) expected += ckpt.get(name).nbytes;
+    if (!text || (embed && !cfg.tie_word_embeddings)) continue;
+    if (tensor_is_copied(ckpt.get(name)))
+      ++copied;
+    else
+      expected += ckpt.get(name).nbytes;
   }
   REQUIRE(expected > 0);
+  REQUIRE(copied > 0);  // the tiny model has both kinds
   DecoderOptions o;
   o.dtype = at::kBFloat16;
   DecoderWeights lazy(ckpt, cfg, o);
@@ -573,5 +580,46 @@ TEST_CASE("decoder timing 2b: one decode step at Qwen3-VL-2B text shapes" * doct
     MESSAGE("2B text shapes, bf16, " << threads << " threads, prompt " << prompt << ": prefill " << prefill_ms
                                      << " ms (" << prompt * 1000.0 / prefill_ms << " tok/s); decode " << ms
                                      << " ms/token = " << 1000.0 / ms << " tok/s (CPU time " << cpu_ms << " ms/token)");
+  }
+}
+
+TEST_CASE("checkpoint tensors: small ones are copies read from the file, big ones alias the mapping") {
+  const Checkpoint& ckpt = tiny_checkpoint();
+  const TensorView& norm = ckpt.get("model.language_model.layers.0.input_layernorm.weight");
+  const TensorView& table = ckpt.get("model.language_model.embed_tokens.weight");
+  REQUIRE(norm.nbytes < (size_t(1) << 20));
+  REQUIRE(table.nbytes >= (size_t(1) << 20));
+  const auto in_mapping = [](const at::Tensor& t, const TensorView& v) {
+    const auto* p = static_cast<const uint8_t*>(t.data_ptr());
+    return p >= v.source->data() && p < v.source->data() + v.source->size();
+  };
+  const at::ScalarType norm_dtype = to_scalar_type(norm.dtype);
+  const at::Tensor norm_bytes = at::from_blob(const_cast<uint8_t*>(norm.data), norm.shape, norm_dtype);
+  const at::Tensor small = tensor_view(norm);
+  CHECK(tensor_is_copied(norm));
+  CHECK_FALSE(in_mapping(small, norm));
+  CHECK(at::equal(small, norm_bytes));
+  const at::Tensor big = tensor_view(table);
+  CHECK_FALSE(tensor_is_copied(table));
+  CHECK(big.data_ptr() == static_cast<const void*>(table.data));
+}
+
+TEST_CASE("quantized embedding lookups read the table's rows from the file: the same rows as the table") {
+  const Checkpoint& ckpt = tiny_checkpoint();
+  const TextConfig& cfg = tiny_config();
+  qvl_test::TempDir cache("qvl-embed-rows");
+  const std::vector<int32_t> ids = {0, 1, 9707, 151643, int32_t(cfg.vocab_size - 1), 9707};
+  for (const at::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
+    DecoderOptions o;
+    o.dtype = dtype;
+    o.lazy = false;
+    o.quant = WeightQuant::Int8;
+    o.quant_cache_dir = cache.path;
+    DecoderWeights quantized(ckpt, cfg, o);
+    const at::Tensor rows = quantized.embedding_rows(ids);
+    const at::Tensor table = tensor_view(ckpt.get("model.language_model.embed_tokens.weight"));
+    const at::Tensor expected = table.index_select(0, at::tensor(ids, at::kInt).to(at::kLong)).to(dtype);
+    CHECK((rows.scalar_type() == dtype));
+    CHECK(at::equal(rows, expected));
   }
 }

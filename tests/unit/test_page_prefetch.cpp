@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <string>
 
@@ -108,4 +110,49 @@ TEST_CASE("cached_mapping_cpu_seconds: a file's mapping cost is measured, a miss
   if (seconds < 0) MESSAGE("this kernel lacks MADV_POPULATE_READ");
   ::unlink(path.c_str());
   CHECK_THROWS_AS(cached_mapping_cpu_seconds(path), Error);
+}
+
+TEST_CASE("a file's mapping asks for huge pages, so that pages read through it are cached in large folios") {
+  std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+  if (!thp) {
+    MESSAGE("skipped: this kernel has no transparent huge pages, the advice is refused");
+    return;
+  }
+  const std::string path = write_file("huge_advice", kFileBytes);
+  MappedFile file(path);
+  // The mapping's entry in /proc/self/smaps starts "<begin>-<end> "; its
+  // VmFlags line lists "hg" for MADV_HUGEPAGE.
+  char begin[32];
+  std::snprintf(begin, sizeof begin, "%lx-", static_cast<unsigned long>(reinterpret_cast<uintptr_t>(file.data())));
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line, flags;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    if (line.rfind(begin, 0) == 0) inside = true;
+    else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      flags = line;
+      break;
+    }
+  }
+  INFO("smaps flags of the mapping: " << flags);
+  CHECK(inside);
+  CHECK((" " + flags + " ").find(" hg ") != std::string::npos);
+  ::unlink(path.c_str());
+}
+
+TEST_CASE("read_into copies a file's bytes without the mapping; outside the file or past a truncation is an error") {
+  const std::string path = write_file("read_into", 100000);
+  {  // distinct bytes, so that an offset error shows
+    std::ofstream out(path, std::ios::binary);
+    for (int i = 0; i < 100000; ++i) out.put(char(i * 7 + i / 256));
+  }
+  MappedFile file(path);
+  std::string got(5000, '\0');
+  file.read_into(12345, got.size(), got.data());
+  CHECK(got == std::string(reinterpret_cast<const char*>(file.data()) + 12345, got.size()));
+  CHECK_THROWS_WITH_AS(file.read_into(99000, 2000, got.data()), doctest::Contains("outside the file's 100000 bytes"),
+                       Error);
+  REQUIRE(::truncate(path.c_str(), 50000) == 0);
+  CHECK_THROWS_WITH_AS(file.read_into(60000, 100, got.data()), doctest::Contains("ended early"), Error);
+  ::unlink(path.c_str());
 }

@@ -76,8 +76,7 @@ at::Tensor Decoder::embed(const std::vector<int32_t>& ids) const {
   for (int32_t id : ids)
     if (id < 0 || id >= cfg_.vocab_size)
       throw Error(fmt::format("token id {} is outside the vocabulary (0..{})", id, cfg_.vocab_size - 1));
-  at::Tensor index = at::tensor(ids, at::kInt).to(at::kLong);
-  return weights_->embed_tokens().index_select(0, index);
+  return weights_->embedding_rows(ids);
 }
 
 at::Tensor Decoder::run_layers(at::Tensor hidden, const at::Tensor& positions, const std::vector<SequenceRows>& parts,

@@ -106,8 +106,9 @@ void DecoderWeights::populate_all(const PrefetchOptions& populate) {
 
 std::vector<ByteRange> DecoderWeights::forward_byte_order() const {
   std::vector<ByteRange> order;
+  // Small tensors are read from the file, not the mapping (torch_view.h).
   auto add = [&](const Source& s) {
-    if (s.view) order.push_back({s.view->data, s.view->nbytes});
+    if (s.view && !tensor_is_copied(*s.view)) order.push_back({s.view->data, s.view->nbytes});
   };
   // A quantized projection is read from its cache file, never from the checkpoint.
   auto add_projection = [&](const Source& s, const std::string& name) {
@@ -206,6 +207,23 @@ void DecoderWeights::load_layer(int64_t i) {
   w.up_proj = projection(s.up_proj, int8_name(i, "up_proj"));
   w.down_proj = projection(s.down_proj, int8_name(i, "down_proj"));
   layer_loaded_[i] = true;
+}
+
+at::Tensor DecoderWeights::embedding_rows(const std::vector<int32_t>& ids) {
+  if (quantized() && embed_src_.view) {
+    // The table is not the lm_head here, and a lookup needs a few rows: they
+    // are read from the file, so that each lookup does not map the page-cache
+    // folio around its row (up to 2 MB) into this process (torch_view.h).
+    const TensorView& table = *embed_src_.view;
+    const int64_t hidden = table.shape.at(1);
+    const size_t row_bytes = size_t(hidden) * dtype_size(table.dtype);
+    at::Tensor rows =
+        at::empty({int64_t(ids.size()), hidden}, at::TensorOptions().dtype(to_scalar_type(table.dtype)));
+    auto* out = static_cast<uint8_t*>(rows.data_ptr());
+    for (size_t i = 0; i < ids.size(); ++i) table.read_bytes(size_t(ids[i]) * row_bytes, row_bytes, out + i * row_bytes);
+    return rows.to(dtype_);
+  }
+  return embed_tokens().index_select(0, at::tensor(ids, at::kInt).to(at::kLong));
 }
 
 const at::Tensor& DecoderWeights::embed_tokens() {

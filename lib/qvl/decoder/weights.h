@@ -8,7 +8,8 @@
 // With WeightQuant::Int8 the projections and the lm_head are int8 matrices in
 // a mapped cache file (made in the constructor if needed) and the checkpoint's
 // projection weights are never read again; the norms stay as above, and the
-// embedding table stays on the checkpoint, where a lookup reads a few rows.
+// embedding table stays on the checkpoint, where a lookup reads a few rows
+// from the file (not through the mapping: torch_view.h).
 // WeightQuant::Int4 is the same with 4-bit matrices (decoder/int4_weights.h).
 #pragma once
 #include <ATen/ATen.h>
@@ -49,6 +50,8 @@ class DecoderWeights {
   DecoderWeights(const Checkpoint& ckpt, const TextConfig& cfg, const DecoderOptions& opts);
 
   const at::Tensor& embed_tokens();          // [vocab, hidden]
+  // The rows of ids (each in 0..vocab-1), [ids, hidden] in the compute dtype.
+  at::Tensor embedding_rows(const std::vector<int32_t>& ids);
   const at::Tensor& final_norm();            // [hidden]
   const tensor::LinearWeight& lm_head();   // [vocab, hidden]; embed_tokens when tied (and not quantized)
   const LayerWeights& layer(int64_t i);

@@ -1,5 +1,8 @@
 // A read-only memory mapping of a whole file. Weights are used in place from
-// the mapping, so a checkpoint costs page cache, not heap.
+// the mapping, so a checkpoint costs page cache, not heap. The mapping asks for
+// huge pages, so that what it reads from disk is cached in 2 MB folios
+// (mapped_file.cpp says why); read_into copies bytes without mapping them,
+// for the small pieces beside big ones that a run does not read.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -21,10 +24,19 @@ class MappedFile {
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
 
+  // Copies bytes [offset, offset + n) of the mapped file to dst with pread,
+  // not through the mapping: touching a few bytes there maps the whole
+  // page-cache folio around them (up to 2 MB) into this process. Throws
+  // qvl::Error if the range is outside the mapping or the file ends early.
+  void read_into(size_t offset, size_t n, void* dst) const;
+
  private:
+  void release();
+
   std::string path_;
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
+  int fd_ = -1;  // the mapped file itself, for read_into
 };
 
 // Maps the pages of [data, data + nbytes) (inside a read-only file mapping)

@@ -53,6 +53,14 @@ bool parse_dtype(const std::string& s, DType* out) {
   return false;
 }
 
+void TensorView::read_bytes(size_t offset, size_t n, void* dst) const {
+  if (offset > nbytes || n > nbytes - offset)
+    throw Error(file + ": tensor '" + name + "': bytes [" + std::to_string(offset) + ", " +
+                std::to_string(offset + n) + ") are outside its " + std::to_string(nbytes));
+  if (!source) throw Error("tensor '" + name + "' has no file to read from");
+  source->read_into(size_t(data - source->data()) + offset, n, dst);
+}
+
 int64_t TensorView::numel() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -130,6 +138,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
                 std::to_string(elems) + " elements of " + std::to_string(element_size) + " bytes)");
     v.data = data_start + begin;
     v.nbytes = end - begin;
+    v.source = &file_;
     ranges.emplace_back(begin, end);
     range_names.push_back(name);
     // nlohmann's object keeps the last of duplicate keys; duplicates are caught below by count.

@@ -26,8 +26,12 @@ struct TensorView {
   const uint8_t* data = nullptr;  // points into a MappedFile
   size_t nbytes = 0;
   std::string file;               // which file holds it, for error messages
+  const MappedFile* source = nullptr;  // that file (read_bytes)
 
   int64_t numel() const;
+  // Copies bytes [offset, offset + n) of the tensor to dst without touching
+  // the mapping (MappedFile::read_into); throws qvl::Error.
+  void read_bytes(size_t offset, size_t n, void* dst) const;
   template <class T>
   const T* as() const { return reinterpret_cast<const T*>(data); }
 };
@@ -36,6 +40,9 @@ struct TensorView {
 class SafetensorsFile {
  public:
   explicit SafetensorsFile(const std::string& path);  // throws qvl::Error
+  // Views point at file_: the object stays where it was made.
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
   const std::map<std::string, TensorView>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const TensorView* find(const std::string& name) const;
