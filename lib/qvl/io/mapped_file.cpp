@@ -36,9 +36,9 @@ namespace {
 // A mapping that asks for huge pages has them read in 2 MB folios instead
 // (Linux 6.x on file systems with large folios), mapped with one TLB entry
 // each. Weights are used in place from this mapping: on the test VM, a
-// checkpoint that qvl itself had read in small folios made bf16 prefill ~25 %
-// slower, vision ~12 % and decode ~25 % than the same folder read with this
-// advice (docs/PERFORMANCE.md, "Huge pages for the checkpoint's mapping").
+// checkpoint that qvl itself had read in small folios took 1.2-1.45x as long
+// for a warm bf16 prefill, and ~1.1x for vision, as the same folder read with
+// this advice (docs/PERFORMANCE.md, "Huge pages for the checkpoint's mapping").
 // Pages already cached keep the folios they have. A kernel without
 // transparent huge pages refuses the advice, which changes nothing.
 void advise_huge_pages(void* data, size_t size) {
