@@ -178,8 +178,9 @@ tensor::LinearWeight DecoderWeights::projection(const Source& s, const std::stri
 
 void DecoderWeights::load_globals() {
   if (globals_loaded_) return;
-  // Quantized, the table serves only lookups, a few rows per token: no need to read it all.
-  embed_ = materialize(embed_src_);
+  // Quantized, the table serves only lookups of a few rows, which
+  // embedding_rows reads from the file: it is neither mapped nor converted whole.
+  if (!quantized()) embed_ = materialize(embed_src_);
   norm_ = materialize(norm_src_);
   if (quantized())
     lm_head_ = projection(lm_head_src_, kInt8LmHead);
@@ -210,7 +211,7 @@ void DecoderWeights::load_layer(int64_t i) {
 }
 
 at::Tensor DecoderWeights::embedding_rows(const std::vector<int32_t>& ids) {
-  if (quantized() && embed_src_.view) {
+  if (quantized()) {
     // The table is not the lm_head here, and a lookup needs a few rows: they
     // are read from the file, so that each lookup does not map the page-cache
     // folio around its row (up to 2 MB) into this process (torch_view.h).
@@ -223,12 +224,8 @@ at::Tensor DecoderWeights::embedding_rows(const std::vector<int32_t>& ids) {
     for (size_t i = 0; i < ids.size(); ++i) table.read_bytes(size_t(ids[i]) * row_bytes, row_bytes, out + i * row_bytes);
     return rows.to(dtype_);
   }
-  return embed_tokens().index_select(0, at::tensor(ids, at::kInt).to(at::kLong));
-}
-
-const at::Tensor& DecoderWeights::embed_tokens() {
   load_globals();
-  return embed_;
+  return embed_.index_select(0, at::tensor(ids, at::kInt).to(at::kLong));
 }
 
 const at::Tensor& DecoderWeights::final_norm() {

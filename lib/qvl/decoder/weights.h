@@ -49,11 +49,10 @@ class DecoderWeights {
   // Uses opts.dtype, lazy and the quantization fields.
   DecoderWeights(const Checkpoint& ckpt, const TextConfig& cfg, const DecoderOptions& opts);
 
-  const at::Tensor& embed_tokens();          // [vocab, hidden]
-  // The rows of ids (each in 0..vocab-1), [ids, hidden] in the compute dtype.
+  // The embedding rows of ids (each in 0..vocab-1), [ids, hidden] in the compute dtype.
   at::Tensor embedding_rows(const std::vector<int32_t>& ids);
   const at::Tensor& final_norm();            // [hidden]
-  const tensor::LinearWeight& lm_head();   // [vocab, hidden]; embed_tokens when tied (and not quantized)
+  const tensor::LinearWeight& lm_head();   // [vocab, hidden]; the embedding table when tied (and not quantized)
   const LayerWeights& layer(int64_t i);
 
   int64_t layers_loaded() const;
@@ -94,7 +93,7 @@ class DecoderWeights {
   std::vector<LayerSources> layer_srcs_;
 
   bool globals_loaded_ = false;
-  at::Tensor embed_, norm_;
+  at::Tensor embed_, norm_;  // embed_: undefined when quantized
   tensor::LinearWeight lm_head_;
   std::vector<LayerWeights> layers_;
   std::vector<bool> layer_loaded_;
