@@ -178,14 +178,15 @@ tensor::LinearWeight DecoderWeights::projection(const Source& s, const std::stri
 
 void DecoderWeights::load_globals() {
   if (globals_loaded_) return;
-  // Quantized, the table serves only lookups of a few rows, which
-  // embedding_rows reads from the file: it is neither mapped nor converted whole.
-  if (!quantized()) embed_ = materialize(embed_src_);
   norm_ = materialize(norm_src_);
-  if (quantized())
+  if (quantized()) {
+    // The table serves only lookups of a few rows, which embedding_rows reads
+    // from the file: it is neither mapped nor converted whole.
     lm_head_ = projection(lm_head_src_, kInt8LmHead);
-  else
+  } else {
+    embed_ = materialize(embed_src_);
     lm_head_ = tied_ ? tensor::LinearWeight(embed_) : projection(lm_head_src_, kInt8LmHead);
+  }
   globals_loaded_ = true;
 }
 
