@@ -7,13 +7,13 @@
 // every 4 KiB page, timed twice. With hardware-assisted paging both passes
 // should cost about a cache miss per page (not measured: no such machine
 // here). On the PVM guest of docs/PERFORMANCE.md ("First access to a page")
-// the first pass cost 0.07-0.34 CPU s per GB and the second ~0.01: a cost no
+// the first pass cost 0.07-0.38 CPU s per GB and the second ~0.01: a cost no
 // page fault in the guest shows, which every new process pays again for the
 // weights it reads.
 //
 // Last, what fresh anonymous memory costs at its first write, in small pages
 // and with huge-page advice: every buffer a run allocates pays it. On that
-// PVM guest ~15-22 us per 4 KiB page in small pages, 0.4-5 with the advice;
+// PVM guest ~15-22 us per 4 KiB page in small pages, 0.4-10 with the advice;
 // a page fault and a 4 KiB clear should be well under that elsewhere.
 //
 //   qvl_map_cost FILE...
@@ -39,7 +39,8 @@ double thread_cpu_seconds() {
 double touch_seconds(const qvl::MappedFile& file) {
   const double start = thread_cpu_seconds();
   uint8_t sum = 0;
-  for (size_t off = 0; off < file.size(); off += 4096) sum ^= *(reinterpret_cast<const volatile uint8_t*>(file.data() + off));
+  for (size_t off = 0; off < file.size(); off += 4096)
+    sum ^= *reinterpret_cast<const volatile uint8_t*>(file.data() + off);
   const double seconds = thread_cpu_seconds() - start;
   if (sum == 0x5a) std::fflush(stdout);  // keeps the reads
   return seconds;
@@ -79,8 +80,8 @@ int main(int argc, char** argv) {
       std::printf("%s: %.1f MB, mapping its cached pages: %.3f CPU s (%.3f per GB)\n", argv[i], gb * 1e3, seconds,
                   gb > 0 ? seconds / gb : 0.0);
       const qvl::MappedFile fresh(argv[i]);
-      if (int e = qvl::populate_pages(fresh.data(), fresh.size()); e != 0)
-        throw qvl::Error(std::string(argv[i]) + ": cannot read its pages");
+      if (const int e = qvl::populate_pages(fresh.data(), fresh.size()); e != 0)
+        throw qvl::Error(std::string(argv[i]) + ": cannot read its pages: " + std::strerror(e));
       const double first = touch_seconds(fresh), second = touch_seconds(fresh);
       std::printf("%s: first read of each mapped page: %.3f CPU s per GB (a second read: %.3f)\n", argv[i],
                   gb > 0 ? first / gb : 0.0, gb > 0 ? second / gb : 0.0);
@@ -89,7 +90,8 @@ int main(int argc, char** argv) {
       status = 1;
     }
   }
-  std::printf("fresh anonymous memory, first write: %.2f us per 4 KiB page in small pages, %.2f with huge-page advice\n",
+  std::printf("fresh anonymous memory, first write: %.2f us per 4 KiB page in small pages, %.2f with huge-page "
+              "advice\n",
               first_write_us_per_page(false), first_write_us_per_page(true));
   return status;
 }
