@@ -148,3 +148,29 @@ TEST_CASE("vision kernels: qkv split with the 2-D rotary matches the reference f
         CHECK(at::equal(v, parts.select(1, 2).transpose(0, 1)));
       }
 }
+
+TEST_CASE("vision kernels: the position embedding blend equals ATen's index_select, multiply and adds") {
+  at::manual_seed(5);
+  for (at::ScalarType dtype : kDtypes)
+    for (int64_t cols : {1024, 37}) {
+      CAPTURE(c10::toString(dtype));
+      CAPTURE(cols);
+      const int64_t rows = 29, table_rows = 50;
+      at::Tensor table = at::randn({table_rows, cols}).to(dtype);
+      at::Tensor corners = at::randint(0, table_rows, {4, rows}, at::kLong);
+      at::Tensor weights = at::rand({4, rows});
+      at::Tensor x = at::randn({rows, cols}).to(dtype);
+      // The formula the reference (and qvl before the fused kernel) evaluates.
+      at::Tensor blended = table.index_select(0, corners.reshape({-1})).view({4, rows, cols}).to(at::kFloat) *
+                           weights.unsqueeze(-1);
+      at::Tensor want = (x.to(at::kFloat) + (blended[0] + blended[1] + blended[2] + blended[3])).to(dtype);
+      qvl::kernels::add_position_embedding(storage_of(dtype), x.data_ptr(), table.data_ptr(), table_rows,
+                                           corners.data_ptr<int64_t>(), weights.data_ptr<float>(), rows, cols);
+      CHECK(at::equal(x, want));
+      corners[2][7] = table_rows;
+      CHECK_THROWS_AS(qvl::kernels::add_position_embedding(storage_of(dtype), x.data_ptr(), table.data_ptr(),
+                                                           table_rows, corners.data_ptr<int64_t>(),
+                                                           weights.data_ptr<float>(), rows, cols),
+                      qvl::Error);
+    }
+}

@@ -126,6 +126,24 @@ void split_qkv_rotary_rows(const SplitJob& job, int64_t token_begin, int64_t tok
   }
 }
 
+template <class T>
+void add_position_rows(T* x, const T* table, const int64_t* corners, const float* weights, int64_t rows,
+                       int64_t cols, int64_t row_begin, int64_t row_end) {
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const T* t[4];
+    float w[4];
+    for (int c = 0; c < 4; ++c) {
+      t[c] = table + corners[c * rows + r] * cols;
+      w[c] = weights[c * rows + r];
+    }
+    T* out = x + r * cols;
+    for (int64_t j = 0; j < cols; ++j) {
+      const float blend = load(t[0], j) * w[0] + load(t[1], j) * w[1] + load(t[2], j) * w[2] + load(t[3], j) * w[3];
+      store(out, j, load(out, j) + blend);
+    }
+  }
+}
+
 void add_layer_norm_rows_portable(const NormJob& job, int64_t row_begin, int64_t row_end) {
   job.storage == Storage::F32 ? add_layer_norm_rows<float>(job, row_begin, row_end)
                               : add_layer_norm_rows<uint16_t>(job, row_begin, row_end);
@@ -183,6 +201,22 @@ void softmax_rows(Storage s, void* x, int64_t rows, int64_t cols, float scale, I
   parallel_for(rows, kRowGrain, [&](int64_t begin, int64_t end) {
     std::vector<float> scratch(static_cast<size_t>(cols));
     kernels.softmax_rows(s, x, cols, scale, begin, end, scratch.data());
+  });
+}
+
+void add_position_embedding(Storage s, void* x, const void* table, int64_t table_rows, const int64_t* corners,
+                            const float* weights, int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < 4 * rows; ++i)
+    if (corners[i] < 0 || corners[i] >= table_rows)
+      throw Error(fmt::format("add_position_embedding: corner row {} outside the table's {} rows", corners[i],
+                              table_rows));
+  parallel_for(rows, kRowGrain, [&](int64_t begin, int64_t end) {
+    if (s == Storage::F32)
+      add_position_rows(static_cast<float*>(x), static_cast<const float*>(table), corners, weights, rows, cols,
+                        begin, end);
+    else
+      add_position_rows(static_cast<uint16_t*>(x), static_cast<const uint16_t*>(table), corners, weights, rows,
+                        cols, begin, end);
   });
 }
 

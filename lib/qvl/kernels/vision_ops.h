@@ -39,4 +39,15 @@ void softmax_rows(Storage s, void* x, int64_t rows, int64_t cols, float scale, I
 void split_qkv_rotary(Storage s, const void* qkv, const float* cos, const float* sin, int64_t tokens,
                       int64_t heads, int64_t head_dim, void* q, void* k, void* v, Isa isa = active_isa());
 
+// The position embedding added to the patch embeddings, in one pass:
+// x[i] += w0·t[i0] + w1·t[i1] + w2·t[i2] + w3·t[i3] per row i, the four
+// table rows (`corners` [4, rows] row numbers) and weights ([4, rows]) of the
+// bilinear blend, in float32 in that order, and x rounded once to its storage,
+// as the reference computes it. x is rows × cols, table has `table_rows` rows
+// of cols, both of storage s. The portable code on every tier: it is
+// element-wise, so every tier gives the same bits. Throws qvl::Error for a
+// corner outside the table.
+void add_position_embedding(Storage s, void* x, const void* table, int64_t table_rows, const int64_t* corners,
+                            const float* weights, int64_t rows, int64_t cols);
+
 }  // namespace qvl::kernels

@@ -23,18 +23,26 @@ PatchEmbedding::PatchEmbedding(const VisionConfig& cfg, const std::map<std::stri
   const int64_t inputs = cfg.in_channels * cfg.temporal_patch_size * cfg.patch_size * cfg.patch_size;
   weight_ = vision_param(params, "patch_embed.proj.weight", {cfg.hidden_size, inputs});
   bias_ = vision_param(params, "patch_embed.proj.bias", {cfg.hidden_size});
-  table_ = vision_param(params, "pos_embed.weight", {cfg.num_position_embeddings, cfg.hidden_size});
+  table_ = vision_param(params, "pos_embed.weight", {cfg.num_position_embeddings, cfg.hidden_size}).contiguous();
+  if (table_.scalar_type() != weight_.scalar_type())
+    throw Error(fmt::format("vision module: pos_embed.weight is {} but patch_embed.proj.weight is {}",
+                            c10::toString(table_.scalar_type()), c10::toString(weight_.scalar_type())));
 }
 
 at::Tensor PatchEmbedding::run(const at::Tensor& pixel_values, const VisionPositions& pos) const {
-  const at::Tensor patches = tensor::linear(pixel_values.to(weight_.scalar_type()).contiguous(), weight_, bias_);
+  at::Tensor patches = tensor::linear(pixel_values.to(weight_.scalar_type()).contiguous(), weight_, bias_);
   const int64_t n = pos.pos_index.size(1);
-  // The four corners' rows weighted and summed in float32, corner by corner.
-  const at::Tensor corners =
-      table_.index_select(0, pos.pos_index.reshape({-1})).view({4, n, -1}).to(at::kFloat) *
-      pos.pos_weight.unsqueeze(-1);
-  const at::Tensor positions = corners[0] + corners[1] + corners[2] + corners[3];
-  return (patches.to(at::kFloat) + positions).to(patches.scalar_type());
+  if (patches.size(0) != n || pos.pos_index.size(0) != 4 || pos.pos_index.sizes() != pos.pos_weight.sizes())
+    throw Error(fmt::format("patch embedding: {} patches but positions for {}", patches.size(0), n));
+  // One fused pass: the same float32 sums ATen's index_select, multiply and
+  // adds make, without their ~77 MB of temporaries for a 640x480 image (each
+  // a fresh allocation; on a VM that charges for first page touches this
+  // step took 0.17-0.20 s, now 0.03 s: docs/PERFORMANCE.md).
+  const at::Tensor corners = pos.pos_index.contiguous(), weights = pos.pos_weight.contiguous();
+  kernels::add_position_embedding(activation_storage(patches), patches.data_ptr(), table_.data_ptr(),
+                                  table_.size(0), corners.data_ptr<int64_t>(), weights.data_ptr<float>(), n,
+                                  patches.size(1));
+  return patches;
 }
 
 PatchMerger::PatchMerger(const VisionConfig& cfg, const std::map<std::string, at::Tensor>& params,
@@ -69,7 +77,7 @@ at::Tensor PatchMerger::run(const at::Tensor& x) const {
   if (inner.scalar_type() == at::kBFloat16 && !kernels::aten_bf16_matmul_is_fast())
     inner = at::gelu(inner.to(at::kFloat)).to(at::kBFloat16);
   else
-    inner = at::gelu(inner);
+    at::gelu_(inner);
   return vision_linear(inner, fc2_weight_, fc2_bias_);
 }
 
