@@ -16,6 +16,7 @@
 #include "qvl/error.h"
 #include "qvl/io/safetensors.h"
 #include "qvl/model/config.h"
+#include "qvl/tensor/huge_page_tensor.h"
 #include "qvl/vision/module_builder.h"
 #include "qvl/vision/module_cache.h"
 #include "qvl/vision/positions.h"
@@ -341,4 +342,21 @@ TEST_CASE("vision module builder: a checkpoint that does not match config.json i
   qvl::ModelConfig deeper = f.cfg;
   deeper.vision.depth += 1;
   CHECK_THROWS_AS(qvl::build_vision_module(deeper, f.ckpt, at::kFloat), qvl::Error);
+}
+
+TEST_CASE("huge-paged activation tensors are ordinary dense tensors, and large ones start on a 2 MB boundary") {
+  for (const auto& [sizes, dtype] : std::vector<std::pair<std::vector<int64_t>, at::ScalarType>>{
+           {{1200, 1024}, at::kBFloat16}, {{1200, 4096}, at::kFloat}, {{3, 5}, at::kFloat}, {{0, 7}, at::kBFloat16}}) {
+    CAPTURE(sizes.at(0));
+    at::Tensor t = qvl::tensor::empty_huge_paged(sizes, at::TensorOptions().dtype(dtype));
+    CHECK(t.sizes().vec() == sizes);
+    CHECK((t.scalar_type() == dtype));
+    CHECK(t.is_contiguous());
+    const int64_t bytes = t.numel() * int64_t(t.element_size());
+    if (bytes >= (int64_t(2) << 20)) CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % (uintptr_t(2) << 20) == 0);
+    // Every byte is writable, and what is written reads back.
+    at::Tensor values = at::arange(t.numel(), at::kFloat).reshape(sizes).to(dtype);
+    t.copy_(values);
+    CHECK(at::equal(t, values));
+  }
 }

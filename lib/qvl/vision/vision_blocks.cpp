@@ -9,8 +9,9 @@
 #include <cmath>
 
 #include "qvl/error.h"
-#include "qvl/tensor/linear.h"
 #include "qvl/kernels/attention.h"
+#include "qvl/tensor/huge_page_tensor.h"
+#include "qvl/tensor/linear.h"
 #include "qvl/kernels/vision_ops.h"
 #include "qvl/vision/positions.h"
 
@@ -129,23 +130,27 @@ at::Tensor VisionBlocks::run(at::Tensor x, const VisionPositions& pos, std::vect
   if (x.dim() != 2 || x.size(1) != cfg_.hidden_size)
     throw Error(fmt::format("vision blocks: input is {}, expected [N, {}]", fmt::join(x.sizes().vec(), "x"),
                             cfg_.hidden_size));
-  x = x.contiguous().clone();  // updated in place below
+  const at::Tensor input = x.contiguous();
+  x = tensor::empty_huge_paged(input.sizes(), input.options());  // updated in place below
+  x.copy_(input);
   const kernels::Storage s = activation_storage(x);
   const int64_t n = x.size(0), hidden = cfg_.hidden_size, heads = cfg_.num_heads;
   // Every block's activations live in the same buffers. Allocated per block,
   // the allocator handed the larger ones back to the kernel between blocks
   // and each block faulted them in again (57,800 page faults in one 640x480
-  // image's blocks).
+  // image's blocks). Huge pages make their first touch cheap too
+  // (huge_page_tensor.h).
+  const auto buffer = [&](at::IntArrayRef sizes) { return tensor::empty_huge_paged(sizes, x.options()); };
   Buffers b;
-  b.normed = at::empty_like(x);
-  b.qkv = at::empty({n, 3 * hidden}, x.options());
-  b.q = at::empty({heads, n, hidden / heads}, x.options());
-  b.k = at::empty_like(b.q);
-  b.v = at::empty_like(b.q);
-  b.attended = at::empty({n, hidden}, x.options());
-  b.projected = at::empty({n, hidden}, x.options());
-  b.inner = at::empty({n, cfg_.intermediate_size}, x.options());
-  b.pending = at::empty({n, hidden}, x.options());
+  b.normed = buffer({n, hidden});
+  b.qkv = buffer({n, 3 * hidden});
+  b.q = buffer({heads, n, hidden / heads});
+  b.k = buffer(b.q.sizes());
+  b.v = buffer(b.q.sizes());
+  b.attended = buffer({n, hidden});
+  b.projected = buffer({n, hidden});
+  b.inner = buffer({n, cfg_.intermediate_size});
+  b.pending = buffer({n, hidden});
   bool pending = false;  // b.pending holds the last MLP output, added to x by the next LayerNorm
   const auto& taps_at = cfg_.deepstack_visual_indexes;
   for (size_t i = 0; i < blocks_.size(); ++i) {
@@ -165,7 +170,7 @@ at::Tensor VisionBlocks::run(at::Tensor x, const VisionPositions& pos, std::vect
     if (tapped || i + 1 == blocks_.size()) {
       x.add_(b.pending);
       pending = false;
-      if (tapped) taps->push_back(x.clone());
+      if (tapped) taps->push_back(buffer(x.sizes()).copy_(x));
     }
   }
   return x;
