@@ -16,6 +16,18 @@ namespace qvl::tensor {
 
 using kernels::aten_bf16_matmul_is_fast;
 using kernels::kMaxBatch;
+
+// The 2B decoder's seven projections, 28 layers, 2 threads, Zen 5 (2026-12-04):
+// a dot-product GEMV pass costs ~52 ms plus ~5 ms per row (qvl_bench_kernels),
+// so 16 rows take ~188 ms against oneDNN's ~224 (in a warm question, prefill of
+// 15 tokens 0.32-0.36 s against 0.35-0.39, six pairs alternated). With the
+// weights in freshly allocated small pages instead of the mapped checkpoint,
+// oneDNN won (225 against 295 ms); the app's weights are the mapped ones. The
+// avx2 tier's GEMV pass (8 rows) costs ~325 ms, the widened float32 matmul
+// 1.1-1.5 s at 15-32 rows and 1.6 s at 48: four passes win up to 32 rows
+// (warm question under the avx2 tier: prefill 0.48-0.60 s against 0.94-1.17).
+int64_t bf16_gemv_max_rows() { return aten_bf16_matmul_is_fast() ? 2 * kMaxBatch : 4 * kMaxBatch; }
+
 namespace {
 
 // Weights dequantized per block in a prefill: 16 Mi elements (32 MB in bf16)
@@ -30,7 +42,7 @@ constexpr int64_t kWidenBlockElements = int64_t(1) << 20;
 // dominate the cost, so stream them once with the GEMV, which reaches the
 // memory bandwidth where a matmul library gets a fraction of it.
 bool use_bf16_gemv(const at::Tensor& x, const at::Tensor& weight) {
-  return x.size(0) <= kBf16GemvMaxRows && weight.scalar_type() == at::kBFloat16 && weight.is_contiguous() &&
+  return x.size(0) <= bf16_gemv_max_rows() && weight.scalar_type() == at::kBFloat16 && weight.is_contiguous() &&
          weight.dim() == 2;
 }
 
@@ -39,9 +51,10 @@ bool widen_to_float(at::ScalarType dtype) { return dtype == at::kBFloat16 && !at
 
 // The GEMVs take and give float32 rows, at most kMaxBatch per call: longer
 // inputs go through in pieces (each piece reads the weights once more). out
-// is written directly when it is float32 already.
+// is written directly when it is float32 already; the bias (if any) is added
+// in float32, before the one rounding to out's dtype, as addmm does.
 template <class Gemv>
-void gemv_into(at::Tensor& out, const at::Tensor& x, int64_t out_features, Gemv gemv) {
+void gemv_into(at::Tensor& out, const at::Tensor& x, int64_t out_features, const at::Tensor& bias, Gemv gemv) {
   const int64_t rows = x.size(0);
   at::Tensor xf = x.to(at::kFloat).contiguous();
   const bool direct = out.scalar_type() == at::kFloat && out.is_contiguous();
@@ -50,6 +63,7 @@ void gemv_into(at::Tensor& out, const at::Tensor& x, int64_t out_features, Gemv 
     const int64_t n = std::min(kMaxBatch, rows - first);
     gemv(xf.data_ptr<float>() + first * xf.size(1), yf.data_ptr<float>() + first * out_features, n);
   }
+  if (bias.defined()) yf.add_(bias.to(at::kFloat));
   if (!direct) out.copy_(yf);
 }
 
@@ -148,10 +162,11 @@ void linear_into(at::Tensor& out, const at::Tensor& x, const at::Tensor& weight,
     // instruction rounds x to bf16, and it does twice the multiply-adds of
     // the FMA kernel, which matters once a batch makes the GEMV compute-bound.
     const bool x_is_bf16 = x.scalar_type() == at::kBFloat16;
-    gemv_into(out, x, weight.size(0), [&](const float* xf, float* yf, int64_t rows) {
+    gemv_into(out, x, weight.size(0), bias, [&](const float* xf, float* yf, int64_t rows) {
       kernels::gemv_bf16(kernels::Bf16Matrix{static_cast<const uint16_t*>(weight.data_ptr()), weight.size(0), weight.size(1)}, xf, yf,
                 rows, kernels::active_isa(), x_is_bf16);
     });
+    return;  // the bias is in already
   } else if (widen_to_float(weight.scalar_type()) && weight.is_contiguous() && weight.dim() == 2) {
     widened_linear(out, x, weight.size(0), bias, [&](int64_t first, at::Tensor& dense) {
       dense.copy_(weight.narrow(0, first, dense.size(0)));
@@ -197,7 +212,8 @@ template <class Matrix, class Gemv>
 void quantized_linear_into(at::Tensor& out, const at::Tensor& x, const Matrix& w, const at::Tensor& bias,
                            at::Tensor& scratch, Gemv gemv) {
   if (x.size(0) <= kInt8GemvMaxRows) {
-    gemv_into(out, x, w.rows, [&](const float* xf, float* yf, int64_t rows) { gemv(w, xf, yf, rows); });
+    gemv_into(out, x, w.rows, bias, [&](const float* xf, float* yf, int64_t rows) { gemv(w, xf, yf, rows); });
+    return;  // the bias is in already
   } else if (gemm_into_if_fast(out, x, w, bias)) {
     return;  // the integer GEMM, bias included
   } else if (x.scalar_type() != at::kFloat && !aten_bf16_matmul_is_fast()) {

@@ -36,8 +36,11 @@ struct LinearWeight {
 };
 
 // Up to this many rows, bf16 weights are multiplied by the GEMV (in pieces of
-// kMaxBatch rows) rather than by oneDNN.
-constexpr int64_t kBf16GemvMaxRows = kernels::kMaxBatch;
+// kMaxBatch rows, each a pass over the weights) rather than by a matmul:
+// 2 pieces where bf16 matmuls run in oneDNN (avx512), 4 where they are
+// widened to float32 for OpenBLAS. A warm prompt-cache question prefills ~15
+// new tokens; measurements in linear.cpp.
+int64_t bf16_gemv_max_rows();
 // Up to this many rows, int8 weights are multiplied by the GEMV a piece of
 // kMaxBatch rows at a time (a chat follow-up question, a short prompt):
 // cheaper than dequantizing every weight to bf16 for one matmul.
