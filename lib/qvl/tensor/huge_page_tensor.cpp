@@ -1,6 +1,7 @@
 #include "qvl/tensor/huge_page_tensor.h"
 
 #include <ATen/ATen.h>
+#include <c10/util/accumulate.h>
 #include <sys/mman.h>
 
 #include <cstdint>
@@ -9,9 +10,7 @@ namespace qvl::tensor {
 
 at::Tensor empty_huge_paged(at::IntArrayRef sizes, const at::TensorOptions& options) {
   constexpr size_t kHugePage = size_t(2) << 20;
-  int64_t numel = 1;
-  for (int64_t s : sizes) numel *= s;
-  const size_t bytes = size_t(numel) * c10::elementSize(c10::typeMetaToScalarType(options.dtype()));
+  const size_t bytes = size_t(c10::multiply_integers(sizes)) * options.dtype().itemsize();
   if (bytes < kHugePage) return at::empty(sizes, options);
   // A huge page needs a 2 MB aligned range: map one huge page more than
   // needed and start at the first boundary inside.

@@ -10,9 +10,9 @@
 
 #include "qvl/error.h"
 #include "qvl/kernels/attention.h"
+#include "qvl/kernels/vision_ops.h"
 #include "qvl/tensor/huge_page_tensor.h"
 #include "qvl/tensor/linear.h"
-#include "qvl/kernels/vision_ops.h"
 #include "qvl/vision/positions.h"
 
 namespace qvl {
@@ -130,9 +130,7 @@ at::Tensor VisionBlocks::run(at::Tensor x, const VisionPositions& pos, std::vect
   if (x.dim() != 2 || x.size(1) != cfg_.hidden_size)
     throw Error(fmt::format("vision blocks: input is {}, expected [N, {}]", fmt::join(x.sizes().vec(), "x"),
                             cfg_.hidden_size));
-  const at::Tensor input = x.contiguous();
-  x = tensor::empty_huge_paged(input.sizes(), input.options());  // updated in place below
-  x.copy_(input);
+  x = tensor::empty_huge_paged(x.sizes(), x.options()).copy_(x);  // updated in place below
   const kernels::Storage s = activation_storage(x);
   const int64_t n = x.size(0), hidden = cfg_.hidden_size, heads = cfg_.num_heads;
   // Every block's activations live in the same buffers. Allocated per block,
