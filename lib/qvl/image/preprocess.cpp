@@ -57,27 +57,42 @@ ImageGrid image_grid_for(int64_t height, int64_t width, const PreprocessorConfig
   return ImageGrid{1, size.height / cfg.patch_size, size.width / cfg.patch_size};
 }
 
-std::vector<uint8_t> patchify_u8(const RgbImage& resized, const PreprocessorConfig& cfg, ImageGrid* grid) {
+namespace {
+
+// The patch grid of an image already resized to whole merge windows; throws otherwise.
+ImageGrid patch_grid(const RgbImage& resized, const PreprocessorConfig& cfg) {
   check_config(cfg);
-  const int64_t p = cfg.patch_size, m = cfg.merge_size, t = cfg.temporal_patch_size;
+  const int64_t p = cfg.patch_size, m = cfg.merge_size;
   if (resized.width <= 0 || resized.height <= 0 || resized.width % (p * m) != 0 || resized.height % (p * m) != 0)
     throw Error(fmt::format("patchify: image {}x{} is not a multiple of {} on both sides", resized.width,
                             resized.height, p * m));
-  const ImageGrid g{1, resized.height / p, resized.width / p};
-  const int64_t patch_dim = kChannels * t * p * p;
-  std::vector<uint8_t> out(size_t(g.patches() * patch_dim));
-  uint8_t* row = out.data();
+  return ImageGrid{1, resized.height / p, resized.width / p};
+}
+
+// Writes value(channel, byte) of every pixel of `resized` in patch-row order
+// (preprocess.h, patchify_u8) from `out` on.
+template <class T, class Value>
+void patchify_into(const RgbImage& resized, const PreprocessorConfig& cfg, const ImageGrid& g, T* out, Value value) {
+  const int64_t p = cfg.patch_size, m = cfg.merge_size, t = cfg.temporal_patch_size;
   for (int64_t block_y = 0; block_y < g.h / m; ++block_y)
     for (int64_t block_x = 0; block_x < g.w / m; ++block_x)
       for (int64_t in_y = 0; in_y < m; ++in_y)
-        for (int64_t in_x = 0; in_x < m; ++in_x, row += patch_dim) {
+        for (int64_t in_x = 0; in_x < m; ++in_x) {
           const int64_t x0 = (block_x * m + in_x) * p, y0 = (block_y * m + in_y) * p;
-          uint8_t* dst = row;
           for (int64_t c = 0; c < kChannels; ++c)
             for (int64_t frame = 0; frame < t; ++frame)  // a still image is its own T frames
               for (int64_t y = 0; y < p; ++y)
-                for (int64_t x = 0; x < p; ++x) *dst++ = resized.at(x0 + x, y0 + y)[c];
+                for (int64_t x = 0; x < p; ++x) *out++ = value(c, resized.at(x0 + x, y0 + y)[c]);
         }
+}
+
+}  // namespace
+
+std::vector<uint8_t> patchify_u8(const RgbImage& resized, const PreprocessorConfig& cfg, ImageGrid* grid) {
+  const ImageGrid g = patch_grid(resized, cfg);
+  const int64_t patch_dim = kChannels * cfg.temporal_patch_size * cfg.patch_size * cfg.patch_size;
+  std::vector<uint8_t> out(size_t(g.patches() * patch_dim));
+  patchify_into(resized, cfg, g, out.data(), [](int64_t, uint8_t v) { return v; });
   if (grid) *grid = g;
   return out;
 }
@@ -86,10 +101,14 @@ PatchifiedImage preprocess_image(const RgbImage& img, const PreprocessorConfig& 
   check_config(cfg);
   const ResizedSize size =
       smart_resize(img.height, img.width, cfg.patch_size * cfg.merge_size, cfg.min_pixels, cfg.max_pixels);
-  const RgbImage resized = resize_bicubic_antialias(img, size.width, size.height);
+  // An image already of the chosen size is used as it is (the resize would return a copy).
+  RgbImage scaled;
+  if (size.width != img.width || size.height != img.height)
+    scaled = resize_bicubic_antialias(img, size.width, size.height);
+  const RgbImage& resized = scaled.pixels.empty() ? img : scaled;
 
   PatchifiedImage result;
-  const std::vector<uint8_t> u8 = patchify_u8(resized, cfg, &result.grid);
+  result.grid = patch_grid(resized, cfg);
   result.resized_width = size.width;
   result.resized_height = size.height;
   result.patch_dim = kChannels * cfg.temporal_patch_size * cfg.patch_size * cfg.patch_size;
@@ -99,14 +118,9 @@ PatchifiedImage preprocess_image(const RgbImage& img, const PreprocessorConfig& 
   for (int64_t c = 0; c < kChannels; ++c)
     for (int v = 0; v < 256; ++v)
       table[c][v] = (float(v) / 255.0f - cfg.image_mean[size_t(c)]) / cfg.image_std[size_t(c)];
-  // Channel c fills a contiguous run of T*P*P values in every row.
-  const size_t run = size_t(cfg.temporal_patch_size * cfg.patch_size * cfg.patch_size);
-  result.pixel_values.resize(u8.size());
-  for (size_t row = 0; row < u8.size(); row += size_t(result.patch_dim))
-    for (int64_t c = 0; c < kChannels; ++c) {
-      const size_t begin = row + size_t(c) * run;
-      for (size_t i = begin; i < begin + run; ++i) result.pixel_values[i] = table[c][u8[i]];
-    }
+  result.pixel_values.resize(size_t(result.grid.patches() * result.patch_dim));
+  patchify_into(resized, cfg, result.grid, result.pixel_values.data(),
+                [&table](int64_t c, uint8_t v) { return table[c][v]; });
   return result;
 }
 
