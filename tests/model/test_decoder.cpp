@@ -429,6 +429,68 @@ TEST_CASE("decoder eager: a weight file truncated under the mapping is a one-lin
   }
 }
 
+TEST_CASE("decoder: a context that outgrows its KV buffers gives the logits of one that never did") {
+  // 990 tokens of max_context 1000: in pieces of 90 the buffers grow at 540 tokens (512 -> 1000 positions,
+  // clamped to max_context), in one prefill they are made once.
+  const Prompt p = load_prompt("text_only");
+  const int64_t L = 990;
+  at::Tensor embeds = p.embeds.repeat({L / p.length() + 1, 1}).narrow(0, 0, L);
+  at::Tensor positions = at::arange(L, at::kLong).expand({3, L}).contiguous();
+  Decoder whole = make_decoder(at::kFloat, true, 1000), pieces = make_decoder(at::kFloat, true, 1000);
+  at::Tensor a = whole.prefill(0, embeds, positions);
+  at::Tensor b;
+  for (int64_t start = 0; start < L; start += 90)
+    b = pieces.prefill(0, embeds.narrow(0, start, 90), positions.narrow(1, start, 90));
+  CHECK(max_abs_diff(a, b) <= 1e-4 * max_abs(b));
+  // The step after reads every position of the grown buffers.
+  const int32_t next = int32_t(b.argmax().item<int64_t>());
+  CHECK(next == int32_t(a.argmax().item<int64_t>()));
+  at::Tensor da = whole.decode({0}, {next}, {L}), db = pieces.decode({0}, {next}, {L});
+  CHECK(max_abs_diff(da, db) <= 1e-4 * max_abs(db));
+}
+
+TEST_CASE("KV cache: growing keeps every stored position, up to max_context and no further") {
+  const int64_t layers = 3, heads = 2, dim = 4, max_context = 1300;
+  KvCache cache(layers, heads, dim, max_context, at::kFloat);
+  CHECK(cache.capacity() == 0);
+  // Position p of layer l holds keys 1000 l + p (+ 0.5 for values) in every head and lane.
+  auto rows = [&](int64_t layer, int64_t first, int64_t n, double extra) {
+    return (at::arange(first, first + n, at::kFloat) + (1000.0 * double(layer) + extra))
+        .view({1, n, 1})
+        .expand({heads, n, dim})
+        .contiguous();
+  };
+  auto append = [&](int64_t n) {
+    const int64_t first = cache.size();
+    for (int64_t l = 0; l < layers; ++l) cache.store(l, rows(l, first, n, 0), rows(l, first, n, 0.5));
+    cache.commit(n);
+  };
+  append(300);
+  CHECK(cache.capacity() == KvCache::kCapacityStep);
+  append(300);  // needs 600: doubled to 1024
+  CHECK(cache.capacity() == 2 * KvCache::kCapacityStep);
+  cache.reserve(424);  // exactly full: no growth
+  CHECK(cache.capacity() == 1024);
+  for (int i = 0; i < 500; ++i) append(1);  // token by token past 1024: 2048 clamped to max_context
+  CHECK(cache.capacity() == max_context);
+  CHECK(cache.size() == 1100);
+  for (int64_t l = 0; l < layers; ++l) {
+    CHECK(at::equal(cache.keys(l, 1100), rows(l, 0, 1100, 0)));
+    CHECK(at::equal(cache.values(l, 1100), rows(l, 0, 1100, 0.5)));
+  }
+  CHECK_THROWS_WITH_AS(cache.reserve(201), doctest::Contains("max_context 1300"), Error);
+  CHECK_THROWS_AS(append(201), Error);
+  CHECK(cache.size() == 1100);
+  // Truncating and resetting keep the buffers (a REPL's next question reuses them).
+  cache.truncate(10);
+  append(5);
+  CHECK(at::equal(cache.keys(2, 15).narrow(1, 0, 10), rows(2, 0, 10, 0)));
+  CHECK(at::equal(cache.keys(2, 15).narrow(1, 10, 5), rows(2, 10, 5, 0)));
+  cache.reset();
+  CHECK(cache.size() == 0);
+  CHECK(cache.capacity() == max_context);
+}
+
 TEST_CASE("decoder: exceeding max_context is an error that leaves the cache as it was") {
   const Prompt p = load_prompt("text_only");
   const int64_t L = p.length();

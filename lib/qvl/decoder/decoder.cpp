@@ -59,8 +59,7 @@ Decoder::~Decoder() = default;
 void Decoder::set_sequences(int64_t n) {
   if (n < 1) throw Error(fmt::format("the decoder needs at least one sequence, got {}", n));
   while (int64_t(caches_.size()) > n) caches_.pop_back();
-  // Each cache reserves max_context positions of address space; pages are
-  // committed only as its sequence grows.
+  // A cache allocates its buffers as its sequence grows (kv_cache.h).
   while (int64_t(caches_.size()) < n)
     caches_.push_back(std::make_unique<KvCache>(cfg_.num_hidden_layers, cfg_.num_key_value_heads, cfg_.head_dim,
                                                 opts_.max_context, opts_.dtype));
@@ -81,7 +80,7 @@ at::Tensor Decoder::embed(const std::vector<int32_t>& ids) const {
 
 at::Tensor Decoder::run_layers(at::Tensor hidden, const at::Tensor& positions, const std::vector<SequenceRows>& parts,
                                const DeepstackInput* deepstack, ForwardTrace* trace) {
-  for (const SequenceRows& part : parts) part.cache->check_room(part.rows);
+  for (const SequenceRows& part : parts) part.cache->reserve(part.rows);
   hidden = hidden.to(opts_.dtype).contiguous();
   const RopeTables rope = rope_->tables(positions.to(at::kLong));
   at::Tensor visual_rows;
@@ -181,7 +180,7 @@ void Decoder::restore(int64_t sequence, const std::vector<at::Tensor>& keys, con
       if (t->dim() != 3 || t->size(0) != cfg_.num_key_value_heads || t->size(1) != n || t->size(2) != cfg_.head_dim)
         throw Error(fmt::format("restored keys/values of layer {} have shape {}, expected [{}, {}, {}]", i,
                                 shape_of(*t), cfg_.num_key_value_heads, n, cfg_.head_dim));
-  c.check_room(n);
+  c.reserve(n);
   for (int64_t i = 0; i < layers; ++i) c.store(i, keys[size_t(i)], values[size_t(i)]);
   c.commit(n);
 }

@@ -2,36 +2,57 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "qvl/error.h"
+#include "qvl/tensor/huge_page_tensor.h"
 
 namespace qvl {
 
 KvCache::KvCache(int64_t layers, int64_t kv_heads, int64_t head_dim, int64_t max_context, at::ScalarType dtype)
-    : capacity_(max_context) {
+    : layers_(layers), kv_heads_(kv_heads), head_dim_(head_dim), max_context_(max_context), dtype_(dtype) {
   if (max_context <= 0) throw Error(fmt::format("max_context must be positive, got {}", max_context));
-  // at::empty leaves the memory untouched, so the OS commits pages only as the
-  // context actually grows.
-  for (int64_t i = 0; i < layers; ++i) {
-    keys_.push_back(at::empty({kv_heads, max_context, head_dim}, at::TensorOptions().dtype(dtype)));
-    values_.push_back(at::empty({kv_heads, max_context, head_dim}, at::TensorOptions().dtype(dtype)));
-  }
 }
 
 void KvCache::check_room(int64_t n) const {
-  if (size_ + n > capacity_)
+  if (size_ + n > max_context_)
     throw Error(fmt::format("context full: {} cached + {} new tokens exceed max_context {} (raise --max-context)",
-                            size_, n, capacity_));
+                            size_, n, max_context_));
+}
+
+void KvCache::reserve(int64_t n) {
+  check_room(n);
+  const int64_t needed = size_ + n;
+  if (needed <= capacity_) return;
+  // At least doubling, so that a context grown token by token is copied O(1) times per token.
+  const int64_t wanted = std::max(needed, 2 * capacity_);
+  const int64_t capacity = std::min(max_context_, (wanted + kCapacityStep - 1) / kCapacityStep * kCapacityStep);
+  // Layer by layer, so that the old and new buffers together never exceed one layer more than the new ones.
+  for (int64_t layer = 0; layer < layers_; ++layer) {
+    at::Tensor grown =
+        tensor::empty_huge_paged({2, kv_heads_, capacity, head_dim_}, at::TensorOptions().dtype(dtype_));
+    if (layer < int64_t(kv_.size())) {
+      // All old positions, not only size(): a store() of this step may already have written past it.
+      grown.narrow(2, 0, capacity_).copy_(kv_[size_t(layer)]);
+      kv_[size_t(layer)] = grown;
+    } else {
+      kv_.push_back(grown);
+    }
+  }
+  capacity_ = capacity;
 }
 
 void KvCache::store(int64_t layer, const at::Tensor& keys, const at::Tensor& values) {
   const int64_t n = keys.size(1);
-  check_room(n);
-  keys_[layer].narrow(1, size_, n).copy_(keys);
-  values_[layer].narrow(1, size_, n).copy_(values);
+  reserve(n);
+  this->keys(layer, capacity_).narrow(1, size_, n).copy_(keys);
+  this->values(layer, capacity_).narrow(1, size_, n).copy_(values);
 }
 
 void KvCache::commit(int64_t n) {
   check_room(n);
+  if (size_ + n > capacity_)
+    throw Error(fmt::format("cannot commit {} tokens: {} are held and there is room for {}", n, size_, capacity_));
   size_ += n;
 }
 
