@@ -5,13 +5,14 @@
 # the process's CPU time (user + sys does not depend on what else the machine runs). Usage:
 #   BEFORE=old/qvl AFTER=build/apps/qvl MODEL=synth-2b IMAGE=img640x480.png ROUNDS=4 \
 #   scripts/bench_prompt_cache_ab.sh
+# QUANT=int8 (or int4) asks with --quant; the default is none.
 # Removes the model's tokenizer cache first, so the first "after" run writes it.
 set -u
 B=${BEFORE:?old qvl binary}; A=${AFTER:-build/apps/qvl}; M=${MODEL:?2B-shaped model folder}
-I=${IMAGE:?a 640x480 image}; R=${ROUNDS:-4}
+I=${IMAGE:?a 640x480 image}; R=${ROUNDS:-4}; Q=${QUANT:-none}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 run() {  # label binary load question
-  /usr/bin/time -f "%U %S" -o "$work/time" "$2" ask --model "$M" --image "$I" --load "$3" \
+  /usr/bin/time -f "%U %S" -o "$work/time" "$2" ask --model "$M" --image "$I" --load "$3" --quant "$Q" \
     --prompt-cache "$work/pc-$1-$3" -n 4 --json "$4" > "$work/out.json" 2> /dev/null || { echo "$1 $3: failed"; return; }
   python3 - "$1" "$3" "$work" <<'PY'
 import json, sys
