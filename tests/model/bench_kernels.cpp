@@ -28,6 +28,7 @@
 
 #include "qvl/kernels/cpu.h"
 #include "qvl/kernels/gemv.h"
+#include "qvl/kernels/int8_gemm.h"
 #include "qvl/kernels/quant.h"
 #include "qvl/kernels/quant4.h"
 
@@ -147,7 +148,7 @@ int main(int argc, char** argv) {
     return Bf16Matrix{reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>()), w.size(0), w.size(1)};
   };
   // Inputs and outputs for every width and batch (tiny next to the weights).
-  const std::vector<int64_t> batches = {1, 2, 4, kMaxBatch};
+  const std::vector<int64_t> batches = {1, 2, 4, kMaxBatch, 2 * kMaxBatch, kMaxVectors};
   // x_bf16: x in bf16 for at::linear; x_rounded: the same values as floats,
   // for the dpbf16 kernel, whose callers promise bf16 values.
   std::map<std::pair<int64_t, int64_t>, at::Tensor> x_float, x_bf16, x_rounded, y_float;  // by (batch, width)
@@ -224,8 +225,9 @@ int main(int argc, char** argv) {
     for (Isa isa : tiers)
       for (int64_t batch : batches)
         for (int threads : {1, 2})
-          any = any || wanted(fmt::format("{} {} batch {}, {} thread{}", prefix, int8_kernel_name(isa), batch, threads,
-                                          threads > 1 ? "s" : ""));
+          for (const char* route : {"", "gemm "})
+            any = any || wanted(fmt::format("{} {}{} batch {}, {} thread{}", prefix, route, int8_kernel_name(isa),
+                                            batch, threads, threads > 1 ? "s" : ""));
     if (!any) continue;
     at::set_num_threads(2);
     std::vector<QuantizedMatrix> quantized;
@@ -245,6 +247,20 @@ int main(int argc, char** argv) {
                             }});
           }
           configs.emplace_back(fmt::format("{} {} batch {}", prefix, int8_kernel_name(isa), batch), std::move(step));
+          // The int8 GEMM that longer inputs take (tensor::linear_into), over the same streamed weights.
+          if (!gemm_int8_is_fast(isa)) continue;
+          std::vector<Gemv> gemm;
+          for (size_t i = 0; i < matrices.size(); ++i) {
+            const Projection& p = kProjections[matrices[i].shape];
+            const Int8Matrix& w = quantized[i].view();
+            gemm.push_back({matrices[i].shape, double(w.weight_bytes() + w.scale_bytes()),
+                            [&, w, batch, in = p.in, out = p.out, isa] {
+                              gemm_int8(w, x_of(batch, in), Storage::F32, in, batch, y_of(batch, out), Storage::F32,
+                                        out, nullptr, isa);
+                            }});
+          }
+          configs.emplace_back(fmt::format("{} gemm {} batch {}", prefix, int8_kernel_name(isa), batch),
+                               std::move(gemm));
         }
       compare(threads, configs);
     }

@@ -1,5 +1,5 @@
-// tensor::linear on bf16 weights: the GEMV (a pass per kMaxBatch rows) up to
-// bf16_gemv_max_rows() rows, a matmul beyond. Every row count on either side
+// tensor::linear on bf16 weights: the GEMV (vectors in groups of kMaxBatch
+// above it) up to kBf16GemvMaxRows rows, a matmul beyond. Every row count on either side
 // of both limits gives the float32 product of the same bf16 values, within
 // the bf16 output's rounding; the tier suites run this on each CPU tier.
 #include "qvl/tensor/linear.h"
@@ -7,9 +7,9 @@
 #include "qvl/kernels/gemv.h"
 #include "torch_test_support.h"
 
-TEST_CASE("linear bf16: every row count, through the GEMV's pieces or the matmul, is the float32 product") {
+TEST_CASE("linear bf16: every row count, through the GEMV's groups or the matmul, is the float32 product") {
   at::manual_seed(7);
-  const int64_t in = 96, out = 40, limit = qvl::tensor::bf16_gemv_max_rows();
+  const int64_t in = 96, out = 40, limit = qvl::tensor::kBf16GemvMaxRows;
   CHECK(limit >= qvl::kernels::kMaxBatch);
   const at::Tensor w = at::randn({out, in}).to(at::kBFloat16);
   const at::Tensor bias = at::randn({out}).to(at::kBFloat16);

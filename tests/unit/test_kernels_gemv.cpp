@@ -207,8 +207,12 @@ TEST_CASE("bf16 gemv matches the float64 reference on odd and real shapes, on ev
 }
 
 TEST_CASE("bf16 gemv: a batch gives each vector's own result, on any thread count, on every tier") {
+  // Above kMaxBatch the vectors go in groups over tiles of rows (24 rows of 2048 columns).
+  std::vector<int64_t> batches;
+  for (int64_t batch = 1; batch <= kMaxBatch; ++batch) batches.push_back(batch);
+  for (int64_t batch : {kMaxBatch + 1, int64_t(15), 2 * kMaxBatch + 1, kMaxVectors}) batches.push_back(batch);
   for (const Shape s : {Shape{37, 100}, Shape{70, 2048}, Shape{9, 6144}, Shape{13, 33}}) {
-    for (int64_t batch = 1; batch <= kMaxBatch; ++batch) {
+    for (int64_t batch : batches) {
       CAPTURE(s.cols);
       CAPTURE(batch);
       const Problem p = make_problem(s, batch, 77 + batch);
@@ -229,7 +233,7 @@ TEST_CASE("bf16 gemv: a batch gives each vector's own result, on any thread coun
     }
   }
   // Rows not a multiple of any row block, and pieces per thread that split blocks.
-  for (int64_t batch : {int64_t(1), int64_t(3), int64_t(4), kMaxBatch}) {
+  for (int64_t batch : {int64_t(1), int64_t(3), int64_t(4), kMaxBatch, int64_t(15), kMaxVectors}) {
     CAPTURE(batch);
     const Problem big = make_problem({1003, 2048}, batch, 5);
     const Problem big_bf16 = with_bf16_x(big);
@@ -263,7 +267,7 @@ TEST_CASE("bf16 gemv rejects a bad batch and a tier this CPU cannot run") {
   float y[4 * 9];
   std::vector<float> x(8 * 9, 0.0f);
   CHECK_THROWS_AS(gemv_bf16(p.view(), x.data(), y, 0), Error);
-  CHECK_THROWS_AS(gemv_bf16(p.view(), x.data(), y, kMaxBatch + 1), Error);
+  CHECK_THROWS_AS(gemv_bf16(p.view(), x.data(), y, kMaxVectors + 1), Error);
   int unsupported = 0;
   for (Isa isa : test::kAllTiers) {
     if (isa_supported(isa)) continue;
@@ -373,10 +377,15 @@ TEST_CASE("int8 gemv: within its x rounding error on odd and real shapes, on eve
 }
 
 TEST_CASE("int8 gemv: a batch gives each vector's own result, on every tier") {
-  const Problem p = make_problem({45, 2048}, kMaxBatch, 4);
+  // 101 rows of 2048 columns: above kMaxBatch, groups of vectors over tiles of 48 rows.
+  const int64_t rows = 101;
+  const Problem p = make_problem({rows, 2048}, kMaxVectors, 4);
   const QuantizedMatrix q = quantize_int8(p.view(), 128);
+  std::vector<int64_t> batches;
+  for (int64_t batch = 1; batch <= kMaxBatch; ++batch) batches.push_back(batch);
+  for (int64_t batch : {kMaxBatch + 1, int64_t(15), 2 * kMaxBatch + 1, kMaxVectors}) batches.push_back(batch);
   for (Isa isa : supported_tiers()) {
-    for (int64_t batch = 1; batch <= kMaxBatch; ++batch) {
+    for (int64_t batch : batches) {
       CAPTURE(isa_name(isa));
       CAPTURE(batch);
       const Problem x = p.first(batch);
@@ -384,7 +393,7 @@ TEST_CASE("int8 gemv: a batch gives each vector's own result, on every tier") {
       CHECK(within_int8_error(together, q.view(), x.x, batch));
       for (int64_t n = 0; n < batch; ++n)
         CHECK(same_bits(run_int8(q.view(), x.row(n).x, 1, isa),
-                        std::vector<float>(together.begin() + n * 45, together.begin() + (n + 1) * 45)));
+                        std::vector<float>(together.begin() + n * rows, together.begin() + (n + 1) * rows)));
     }
   }
 }
@@ -466,7 +475,7 @@ TEST_CASE("int8 gemv rejects a bad batch and a tier this CPU cannot run") {
   float y[4 * 9];
   std::vector<float> x(70 * 9, 0.0f);
   CHECK_THROWS_AS(gemv_int8(q.view(), x.data(), y, 0), Error);
-  CHECK_THROWS_AS(gemv_int8(q.view(), x.data(), y, kMaxBatch + 1), Error);
+  CHECK_THROWS_AS(gemv_int8(q.view(), x.data(), y, kMaxVectors + 1), Error);
   for (Isa isa : test::kAllTiers) {
     if (isa_supported(isa)) continue;
     CAPTURE(isa_name(isa));

@@ -196,7 +196,7 @@ TEST_CASE("int4 quantize: layout, padding, every weight within half a step of it
   CHECK_THROWS_AS(dequantize_int4_rows(q.view(), -1, 1, Storage::F32, out.data()), Error);
 }
 
-TEST_CASE("int4 gemv matches the reference on odd and real shapes, batches 1..8, 1 and 2 threads, every tier") {
+TEST_CASE("int4 gemv matches the reference on odd and real shapes, batches 1..32, 1 and 2 threads, every tier") {
   struct Shape {
     int64_t rows, cols;
   };
@@ -204,8 +204,10 @@ TEST_CASE("int4 gemv matches the reference on odd and real shapes, batches 1..8,
                         Shape{7, 6144}, Shape{1003, 640}}) {
     const Weights w = make_weights(s.rows, s.cols, 100 + s.rows + s.cols);
     const QuantizedInt4Matrix q = quantize_int4(w.view());
-    const std::vector<float> x_all = test::normal_values(kMaxBatch * s.cols, 5 + s.cols);
-    for (int64_t batch : {1, 2, 3, 4, 5, 8}) {
+    const std::vector<float> x_all = test::normal_values(kMaxVectors * s.cols, 5 + s.cols);
+    // Above kMaxBatch, groups of vectors over tiles of rows (1003 x 640: tiles of 300 rows).
+    for (int64_t batch : {int64_t(1), int64_t(2), int64_t(3), int64_t(4), int64_t(5), kMaxBatch, int64_t(15),
+                          kMaxVectors}) {
       CAPTURE(s.rows);
       CAPTURE(s.cols);
       CAPTURE(batch);
@@ -291,7 +293,7 @@ TEST_CASE("int4 gemv rejects a bad batch, a bad layout and a tier this CPU canno
   float y[4 * 9];
   std::vector<float> x(70 * 9, 0.0f);
   CHECK_THROWS_AS(gemv_int4(q.view(), x.data(), y, 0), Error);
-  CHECK_THROWS_AS(gemv_int4(q.view(), x.data(), y, kMaxBatch + 1), Error);
+  CHECK_THROWS_AS(gemv_int4(q.view(), x.data(), y, kMaxVectors + 1), Error);
   Int4Matrix bad = q.view();
   bad.padded_cols = 64;
   CHECK_THROWS_AS(gemv_int4(bad, x.data(), y, 1), Error);

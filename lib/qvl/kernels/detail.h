@@ -7,6 +7,7 @@
 // can demand equality. The portable kernels keep the layout but multiply and
 // add separately where the baseline ISA has no FMA.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 
 #include "qvl/kernels/gemv.h"
@@ -35,6 +36,14 @@ struct Bf16Job {
   int64_t batch;
   float* y;  // batch rows of `rows` floats
 };
+// The job of vectors [first, first + n) alone.
+static inline Bf16Job vectors_of(Bf16Job job, int64_t first, int64_t n) {
+  if (job.x_split) job.x_split += first * job.padded_cols;
+  if (job.x_bf16) job.x_bf16 += first * job.padded_cols;
+  job.y += first * job.rows;
+  job.batch = n;
+  return job;
+}
 using Bf16RowsKernel = void (*)(const Bf16Job& job, int64_t row_begin, int64_t row_end);
 void bf16_fma_rows_generic(const Bf16Job& job, int64_t row_begin, int64_t row_end);
 // Entered only when their tier is active (the files exist only on x86).
@@ -63,6 +72,14 @@ struct Int8Job {
   const float* x_scales;    // batch × groups
   float* y;
 };
+static inline Int8Job vectors_of(Int8Job job, int64_t first, int64_t n) {
+  job.x_q += first * job.padded_cols;
+  if (job.x_biased) job.x_biased += first * job.padded_cols;
+  job.x_scales += first * (job.padded_cols / job.group_size);
+  job.y += first * job.rows;
+  job.batch = n;
+  return job;
+}
 using Int8RowsKernel = void (*)(const Int8Job& job, int64_t row_begin, int64_t row_end);
 void int8_rows_generic(const Int8Job& job, int64_t row_begin, int64_t row_end);
 // Entered only when their tier is active (the files exist only on x86).
@@ -115,6 +132,29 @@ void run_blocks(const Job& job, int64_t begin, int64_t end) {
     case 6: return run_blocks_for_batch<Kernel, 6>(job, begin, end);
     case 7: return run_blocks_for_batch<Kernel, 7>(job, begin, end);
     case 8: return run_blocks_for_batch<Kernel, 8>(job, begin, end);
+  }
+}
+
+// Rows [begin, end) of a job of up to kMaxVectors vectors (gemv.h). Beyond
+// kMaxBatch the vectors go in groups of nearly equal size (15 = 7 + 8, 12 =
+// 6 + 6), each group over one tile of rows before the next tile: the first
+// group reads the tile from memory, the others from the cache. A tile is a
+// multiple of 12 rows (every row block size divides it) and at most
+// kGroupTileBytes of weights, well inside a core's L2 (256 KB on older cores
+// up to 1-2 MB). A vector's result is the same in any group (run_blocks).
+constexpr int64_t kGroupTileBytes = int64_t(96) << 10;
+template <class Job, class RowsKernel>
+void run_vector_groups(RowsKernel rows_kernel, const Job& job, int64_t begin, int64_t end, int64_t row_bytes) {
+  if (job.batch <= kMaxBatch) return rows_kernel(job, begin, end);
+  const int64_t groups = (job.batch + kMaxBatch - 1) / kMaxBatch;
+  const int64_t tile = std::max<int64_t>(12, kGroupTileBytes / std::max<int64_t>(row_bytes, 1) / 12 * 12);
+  for (int64_t first_row = begin; first_row < end; first_row += tile) {
+    const int64_t last_row = std::min(end, first_row + tile);
+    for (int64_t g = 0, first = 0; g < groups; ++g) {
+      const int64_t n = (job.batch - first) / (groups - g);  // the later groups take the remainder
+      rows_kernel(vectors_of(job, first, n), first_row, last_row);
+      first += n;
+    }
   }
 }
 

@@ -102,8 +102,8 @@ void bf16_fma_rows_generic(const Bf16Job& job, int64_t begin, int64_t end) {
 }  // namespace detail
 
 void gemv_bf16(const Bf16Matrix& w, const float* x, float* y, int64_t batch, Isa isa, bool x_is_bf16) {
-  if (batch < 1 || batch > kMaxBatch)
-    throw Error(fmt::format("gemv_bf16: batch {} is outside 1..{}", batch, kMaxBatch));
+  if (batch < 1 || batch > kMaxVectors)
+    throw Error(fmt::format("gemv_bf16: batch {} is outside 1..{}", batch, kMaxVectors));
   if (w.rows < 0 || w.cols < 0 || (w.data == nullptr && w.rows * w.cols > 0))
     throw Error(fmt::format("gemv_bf16: bad matrix {}x{}", w.rows, w.cols));
   require_isa(isa, "gemv_bf16");
@@ -130,7 +130,9 @@ void gemv_bf16(const Bf16Matrix& w, const float* x, float* y, int64_t batch, Isa
     job.x_split = x_split_buffer.data();
   }
   const Bf16RowsKernel rows_kernel = kernel_for(isa, dot_product);
-  share_row_ranges(w.rows, w.cols * 2, [&](int64_t begin, int64_t end) { rows_kernel(job, begin, end); });
+  share_row_ranges(w.rows, w.cols * 2, [&](int64_t begin, int64_t end) {
+    run_vector_groups(rows_kernel, job, begin, end, w.cols * 2);
+  });
 }
 
 }  // namespace qvl::kernels

@@ -14,8 +14,15 @@
 
 namespace qvl::kernels {
 
-// The longest batch of vectors one call multiplies (batched decoding).
+// The most vectors a row kernel multiplies in one pass over the weights
+// (batched decoding: its accumulators fill the registers).
 constexpr int64_t kMaxBatch = 8;
+// The most vectors one call multiplies (a short prefill: a warm prompt-cache
+// question's ~15 new tokens). Above kMaxBatch the vectors go in groups, each
+// over a tile of rows small enough to stay in the cache, so that a call still
+// reads its weights from memory once: the first group brings a tile in, the
+// others find it there.
+constexpr int64_t kMaxVectors = 4 * kMaxBatch;
 
 // A row-major bf16 matrix owned by someone else. Rows are `cols` apart.
 struct Bf16Matrix {
@@ -24,7 +31,7 @@ struct Bf16Matrix {
   int64_t cols = 0;
 };
 
-// Y[n, m] = sum_k X[n, k] · W[m, k] for n < batch (1..kMaxBatch).
+// Y[n, m] = sum_k X[n, k] · W[m, k] for n < batch (1..kMaxVectors).
 // x holds batch rows of w.cols floats, y batch rows of w.rows floats; they
 // must not overlap. `isa`: the tier whose code runs.
 // x_is_bf16: the caller promises every x value is a bf16 value (e.g. widened

@@ -172,8 +172,8 @@ void int8_rows_generic(const Int8Job& job, int64_t begin, int64_t end) {
 }  // namespace detail
 
 void gemv_int8(const Int8Matrix& w, const float* x, float* y, int64_t batch, Isa isa) {
-  if (batch < 1 || batch > kMaxBatch)
-    throw Error(fmt::format("gemv_int8: batch {} is outside 1..{}", batch, kMaxBatch));
+  if (batch < 1 || batch > kMaxVectors)
+    throw Error(fmt::format("gemv_int8: batch {} is outside 1..{}", batch, kMaxVectors));
   validate_int8_layout(w, "gemv_int8");
   require_isa(isa, "gemv_int8");
   if (w.rows == 0) return;
@@ -200,7 +200,9 @@ void gemv_int8(const Int8Matrix& w, const float* x, float* y, int64_t batch, Isa
     job.x_biased = x_biased_buffer.data();
   }
   const Int8RowsKernel rows_kernel = kernel_for(isa);
-  share_row_ranges(w.rows, w.padded_cols, [&](int64_t begin, int64_t end) { rows_kernel(job, begin, end); });
+  share_row_ranges(w.rows, w.padded_cols, [&](int64_t begin, int64_t end) {
+    run_vector_groups(rows_kernel, job, begin, end, w.padded_cols);
+  });
 }
 
 }  // namespace qvl::kernels

@@ -60,7 +60,7 @@ QuantizedMatrix quantize_int8(const Bf16Matrix& w, int64_t group_size);
 // Throws qvl::Error on rows outside w.
 void dequantize_rows(const Int8Matrix& w, int64_t first_row, int64_t rows, Storage s, void* out);
 
-// Y[n, m] = sum_k X[n, k] · dequantized W[m, k] for n < batch (1..kMaxBatch).
+// Y[n, m] = sum_k X[n, k] · dequantized W[m, k] for n < batch (1..kMaxVectors).
 // x: batch rows of w.cols floats; y: batch rows of w.rows floats.
 // x is quantized per group to int8 as well (scale max|x| / 127), so the dot
 // products are exact integers: each x_k moves by at most its group's

@@ -289,8 +289,8 @@ void int4_rows_generic(const Int4Job& job, int64_t begin, int64_t end) {
 }  // namespace detail
 
 void gemv_int4(const Int4Matrix& w, const float* x, float* y, int64_t batch, Isa isa) {
-  if (batch < 1 || batch > kMaxBatch)
-    throw Error(fmt::format("gemv_int4: batch {} is outside 1..{}", batch, kMaxBatch));
+  if (batch < 1 || batch > kMaxVectors)
+    throw Error(fmt::format("gemv_int4: batch {} is outside 1..{}", batch, kMaxVectors));
   validate_int4_layout(w, "gemv_int4");
   require_isa(isa, "gemv_int4");
   if (w.rows == 0) return;
@@ -340,7 +340,9 @@ void gemv_int4(const Int4Matrix& w, const float* x, float* y, int64_t batch, Isa
     job.x_sum_lanes = x_sum_lanes_buffer.data();
   }
   const Int4RowsKernel rows_kernel = kernel_for(isa);
-  share_row_ranges(w.rows, job.row_bytes, [&](int64_t begin, int64_t end) { rows_kernel(job, begin, end); });
+  share_row_ranges(w.rows, job.row_bytes, [&](int64_t begin, int64_t end) {
+    run_vector_groups(rows_kernel, job, begin, end, job.row_bytes);
+  });
 }
 
 }  // namespace qvl::kernels

@@ -99,7 +99,7 @@ inline uint8_t int4_level(const Int4Matrix& m, int64_t row, int64_t k) {
 // are rounded to nearest even. Throws qvl::Error on rows outside w.
 void dequantize_int4_rows(const Int4Matrix& w, int64_t first_row, int64_t rows, Storage s, void* out);
 
-// Y[n, m] = sum_k X[n, k] · dequantized W[m, k] for n < batch (1..kMaxBatch).
+// Y[n, m] = sum_k X[n, k] · dequantized W[m, k] for n < batch (1..kMaxVectors).
 // x: batch rows of w.cols floats; y: batch rows of w.rows floats. x is
 // quantized per 64-column group to int8 (scale max|x| / 127), so each group's
 // sum u·xq is an exact integer on every tier; the tiers differ only in the

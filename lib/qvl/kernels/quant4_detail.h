@@ -33,6 +33,20 @@ struct Int4Job {
   const float* x_sum_lanes;    // batch × (padded_cols / 128) × 16
   float* y;                    // batch rows of `rows` floats
 };
+static inline Int4Job vectors_of(Int4Job job, int64_t first, int64_t n) {
+  job.x_q += first * job.padded_cols;
+  job.x_scales += first * job.groups;
+  job.x_sums += first * job.groups;
+  if (job.x_swizzled) {
+    const int64_t lanes = job.padded_cols / kInt4Chunk * kLanes;
+    job.x_swizzled += first * job.padded_cols;
+    job.x_scale_lanes += first * lanes;
+    job.x_sum_lanes += first * lanes;
+  }
+  job.y += first * job.rows;
+  job.batch = n;
+  return job;
+}
 using Int4RowsKernel = void (*)(const Int4Job& job, int64_t row_begin, int64_t row_end);
 void int4_rows_generic(const Int4Job& job, int64_t row_begin, int64_t row_end);
 // Entered only when their tier is active (the files exist only on x86).

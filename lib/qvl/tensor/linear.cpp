@@ -15,18 +15,14 @@
 namespace qvl::tensor {
 
 using kernels::aten_bf16_matmul_is_fast;
-using kernels::kMaxBatch;
+using kernels::kMaxVectors;
 
-// The 2B decoder's seven projections, 28 layers, 2 threads, Zen 5 (2026-12-04):
-// a dot-product GEMV pass costs ~52 ms plus ~5 ms per row (qvl_bench_kernels),
-// so 16 rows take ~188 ms against oneDNN's ~224 (in a warm question, prefill of
-// 15 tokens 0.32-0.36 s against 0.35-0.39, six pairs alternated). With the
-// weights in freshly allocated small pages instead of the mapped checkpoint,
-// oneDNN won (225 against 295 ms); the app's weights are the mapped ones. The
-// avx2 tier's GEMV pass (8 rows) costs ~325 ms, the widened float32 matmul
-// 1.1-1.5 s at 15-32 rows and 1.6 s at 48: four passes win up to 32 rows
-// (warm question under the avx2 tier: prefill 0.48-0.60 s against 0.94-1.17).
-int64_t bf16_gemv_max_rows() { return aten_bf16_matmul_is_fast() ? 2 * kMaxBatch : 4 * kMaxBatch; }
+// The 2B decoder's seven projections, 28 layers, 2 threads, Zen 5
+// (2026-12-04, qvl_bench_kernels, streaming the weights): the dot-product GEMV
+// took 180 ms at 16 rows against oneDNN's 241, and 331 against 339 at 32 (a
+// pass over the weights for any row count up to kMaxVectors). The avx2 tier's
+// FMA GEMV took 952 ms at 32 rows, the widened float32 matmul 1.1-1.5 s at
+// 15-32 rows (docs/PERFORMANCE.md).
 
 namespace {
 
@@ -42,15 +38,15 @@ constexpr int64_t kWidenBlockElements = int64_t(1) << 20;
 // dominate the cost, so stream them once with the GEMV, which reaches the
 // memory bandwidth where a matmul library gets a fraction of it.
 bool use_bf16_gemv(const at::Tensor& x, const at::Tensor& weight) {
-  return x.size(0) <= bf16_gemv_max_rows() && weight.scalar_type() == at::kBFloat16 && weight.is_contiguous() &&
+  return x.size(0) <= kBf16GemvMaxRows && weight.scalar_type() == at::kBFloat16 && weight.is_contiguous() &&
          weight.dim() == 2;
 }
 
 // Whether a matmul in `dtype` must be done in float32 instead (see linear.h).
 bool widen_to_float(at::ScalarType dtype) { return dtype == at::kBFloat16 && !aten_bf16_matmul_is_fast(); }
 
-// The GEMVs take and give float32 rows, at most kMaxBatch per call: longer
-// inputs go through in pieces (each piece reads the weights once more). out
+// The GEMVs take and give float32 rows, at most kMaxVectors per call (one
+// pass over the weights): longer inputs go through in pieces. out
 // is written directly when it is float32 already; the bias (if any) is added
 // in float32, before the one rounding to out's dtype, as addmm does.
 template <class Gemv>
@@ -59,8 +55,8 @@ void gemv_into(at::Tensor& out, const at::Tensor& x, int64_t out_features, const
   at::Tensor xf = x.to(at::kFloat).contiguous();
   const bool direct = out.scalar_type() == at::kFloat && out.is_contiguous();
   at::Tensor yf = direct ? out : at::empty({rows, out_features}, at::kFloat);
-  for (int64_t first = 0; first < rows; first += kMaxBatch) {
-    const int64_t n = std::min(kMaxBatch, rows - first);
+  for (int64_t first = 0; first < rows; first += kMaxVectors) {
+    const int64_t n = std::min(kMaxVectors, rows - first);
     gemv(xf.data_ptr<float>() + first * xf.size(1), yf.data_ptr<float>() + first * out_features, n);
   }
   if (bias.defined()) yf.add_(bias.to(at::kFloat));
@@ -199,8 +195,10 @@ namespace {
 
 // The int8 × int8 GEMM for long inputs (bias included), where the tier has a
 // fast one; int4 weights have none and go through dequantized rows.
+bool has_fast_gemm(const Int8Matrix&) { return kernels::gemm_int8_is_fast(); }
+bool has_fast_gemm(const Int4Matrix&) { return false; }
 bool gemm_into_if_fast(at::Tensor& out, const at::Tensor& x, const Int8Matrix& w, const at::Tensor& bias) {
-  if (!kernels::gemm_int8_is_fast()) return false;
+  if (!has_fast_gemm(w)) return false;
   int8_gemm_into(out, x, w, bias);
   return true;
 }
@@ -211,7 +209,7 @@ bool gemm_into_if_fast(at::Tensor&, const at::Tensor&, const Int4Matrix&, const 
 template <class Matrix, class Gemv>
 void quantized_linear_into(at::Tensor& out, const at::Tensor& x, const Matrix& w, const at::Tensor& bias,
                            at::Tensor& scratch, Gemv gemv) {
-  if (x.size(0) <= kInt8GemvMaxRows) {
+  if (x.size(0) <= (has_fast_gemm(w) ? kInt8GemvMaxRowsBeforeGemm : kInt8GemvMaxRows)) {
     gemv_into(out, x, w.rows, bias, [&](const float* xf, float* yf, int64_t rows) { gemv(w, xf, yf, rows); });
     return;  // the bias is in already
   } else if (gemm_into_if_fast(out, x, w, bias)) {

@@ -35,16 +35,21 @@ struct LinearWeight {
   bool defined() const { return dense.defined() || int8 != nullptr || int4 != nullptr; }
 };
 
-// Up to this many rows, bf16 weights are multiplied by the GEMV (in pieces of
-// kMaxBatch rows, each a pass over the weights) rather than by a matmul:
-// 2 pieces where bf16 matmuls run in oneDNN (avx512), 4 where they are
-// widened to float32 for OpenBLAS. A warm prompt-cache question prefills ~15
-// new tokens; measurements in linear.cpp.
-int64_t bf16_gemv_max_rows();
-// Up to this many rows, int8 weights are multiplied by the GEMV a piece of
-// kMaxBatch rows at a time (a chat follow-up question, a short prompt):
-// cheaper than dequantizing every weight to bf16 for one matmul.
-constexpr int64_t kInt8GemvMaxRows = 4 * kernels::kMaxBatch;
+// Up to this many rows, bf16 weights are multiplied by the GEMV (one pass
+// over the weights, kernels/gemv.h) rather than by a matmul, on every tier: a
+// warm prompt-cache question prefills ~15 new tokens; measurements in
+// linear.cpp.
+constexpr int64_t kBf16GemvMaxRows = kernels::kMaxVectors;
+// Up to this many rows, int8 weights are multiplied by the GEMV, in one pass
+// over the weights (a chat follow-up question, a short prompt): cheaper than
+// dequantizing every weight to bf16 for one matmul.
+constexpr int64_t kInt8GemvMaxRows = kernels::kMaxVectors;
+// Where the tier has a fast int8 GEMM (kernels/int8_gemm.h), only up to this
+// many: the GEMV's work per row grows faster than the GEMM's. Streaming the
+// 2B decoder's weights on a Zen 5 (qvl_bench_kernels "int8 group 128", 2
+// threads), GEMV against GEMM: avx512-vnni 60 vs 63 ms at 5 rows, 65 vs 68 at
+// 6, 110 vs 81 at 8, 206 vs 102 at 16; avx2 102 vs 127 at 5, 159 vs 139 at 6.
+constexpr int64_t kInt8GemvMaxRowsBeforeGemm = 5;
 
 // x [L, in], weight [out, in], bias [out] or undefined, out [L, out] (contiguous).
 void linear_into(at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
@@ -58,8 +63,8 @@ at::Tensor matmul(const at::Tensor& a, const at::Tensor& b);
 void matmul_into(at::Tensor& out, const at::Tensor& a, const at::Tensor& b);
 
 // The same for either kind of weight. Int8 weights run gemv_int8 for short
-// inputs (decode steps, batches, short follow-up prompts: up to
-// kInt8GemvMaxRows rows, in pieces of kMaxBatch); longer inputs (prefill) run
+// inputs (decode steps, small batches: up to kInt8GemvMaxRowsBeforeGemm rows
+// where the int8 GEMM is fast, else kInt8GemvMaxRows); longer inputs run
 // the int8 × int8 GEMM (kernels/int8_gemm.h) where the tier has a kernel for
 // it (avx2, and avx512 with or without VNNI), and elsewhere are multiplied by ATen against
 // the weight dequantized to x's dtype, a block of weight rows at a time, in
