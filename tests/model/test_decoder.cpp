@@ -453,6 +453,9 @@ TEST_CASE("KV cache: growing keeps every stored position, up to max_context and 
   const int64_t layers = 3, heads = 2, dim = 4, max_context = 1300;
   KvCache cache(layers, heads, dim, max_context, at::kFloat);
   CHECK(cache.capacity() == 0);
+  CHECK(cache.keys(0, 0).sizes().vec() == std::vector<int64_t>{heads, 0, dim});  // nothing allocated yet
+  CHECK_THROWS_AS(cache.values(0, 1), Error);
+  CHECK_THROWS_AS(cache.keys(layers, 0), Error);
   // Position p of layer l holds keys 1000 l + p (+ 0.5 for values) in every head and lane.
   auto rows = [&](int64_t layer, int64_t first, int64_t n, double extra) {
     return (at::arange(first, first + n, at::kFloat) + (1000.0 * double(layer) + extra))

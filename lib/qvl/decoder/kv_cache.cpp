@@ -27,7 +27,7 @@ void KvCache::reserve(int64_t n) {
   // At least doubling, so that a context grown token by token is copied O(1) times per token.
   const int64_t wanted = std::max(needed, 2 * capacity_);
   const int64_t capacity = std::min(max_context_, (wanted + kCapacityStep - 1) / kCapacityStep * kCapacityStep);
-  // Layer by layer, so that the old and new buffers together never exceed one layer more than the new ones.
+  // Layer by layer: the old and new buffers together never take more than the new ones plus one old layer.
   for (int64_t layer = 0; layer < layers_; ++layer) {
     at::Tensor grown =
         tensor::empty_huge_paged({2, kv_heads_, capacity, head_dim_}, at::TensorOptions().dtype(dtype_));
@@ -47,6 +47,14 @@ void KvCache::store(int64_t layer, const at::Tensor& keys, const at::Tensor& val
   reserve(n);
   this->keys(layer, capacity_).narrow(1, size_, n).copy_(keys);
   this->values(layer, capacity_).narrow(1, size_, n).copy_(values);
+}
+
+at::Tensor KvCache::view(int64_t layer, int64_t kind, int64_t n) const {
+  if (layer < 0 || layer >= layers_ || n < 0 || n > capacity_)
+    throw Error(fmt::format("no KV cache view of layer {} and {} positions (there are {} layers and {} positions)",
+                            layer, n, layers_, capacity_));
+  if (kv_.empty()) return at::empty({kv_heads_, 0, head_dim_}, at::TensorOptions().dtype(dtype_));
+  return kv_[size_t(layer)].select(0, kind).narrow(1, 0, n);
 }
 
 void KvCache::commit(int64_t n) {

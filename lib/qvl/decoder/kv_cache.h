@@ -39,16 +39,18 @@ class KvCache {
   // after size() (reserving room first); the tokens count as held only after
   // commit(n).
   void store(int64_t layer, const at::Tensor& keys, const at::Tensor& values);
-  // Views of the first n positions of a layer: [kv_heads, n, head_dim].
-  // Valid until the next reserve() or store() that grows the buffers.
-  at::Tensor keys(int64_t layer, int64_t n) const { return kv_[layer].select(0, 0).narrow(1, 0, n); }
-  at::Tensor values(int64_t layer, int64_t n) const { return kv_[layer].select(0, 1).narrow(1, 0, n); }
+  // Views of the first n <= capacity() positions of a layer: [kv_heads, n,
+  // head_dim]. Valid until the next reserve() or store() that grows the buffers.
+  at::Tensor keys(int64_t layer, int64_t n) const { return view(layer, 0, n); }
+  at::Tensor values(int64_t layer, int64_t n) const { return view(layer, 1, n); }
 
   void commit(int64_t n);
   void truncate(int64_t n);  // keep the first n tokens
   void reset() { size_ = 0; }  // the buffers stay, for the next conversation
 
  private:
+  at::Tensor view(int64_t layer, int64_t kind, int64_t n) const;
+
   std::vector<at::Tensor> kv_;  // per layer: [2 (keys, values), kv_heads, capacity, head_dim]
   int64_t layers_, kv_heads_, head_dim_, max_context_;
   at::ScalarType dtype_;

@@ -144,7 +144,7 @@ void run_blocks(const Job& job, int64_t begin, int64_t end) {
 // up to 1-2 MB). A vector's result is the same in any group (run_blocks).
 constexpr int64_t kGroupTileBytes = int64_t(96) << 10;
 template <class Job, class RowsKernel>
-void run_vector_groups(RowsKernel rows_kernel, const Job& job, int64_t begin, int64_t end, int64_t row_bytes) {
+static void run_vector_groups(RowsKernel rows_kernel, const Job& job, int64_t begin, int64_t end, int64_t row_bytes) {
   if (job.batch <= kMaxBatch) return rows_kernel(job, begin, end);
   const int64_t groups = (job.batch + kMaxBatch - 1) / kMaxBatch;
   const int64_t tile = std::max<int64_t>(12, kGroupTileBytes / std::max<int64_t>(row_bytes, 1) / 12 * 12);
