@@ -182,6 +182,7 @@ OcrPrefetcher::OcrPrefetcher(const std::vector<ScannedFile>& files, const OcrPre
       if (!go_on) break;
     }
     state->queue.finish();
+    release_thread_hash_state();
     std::lock_guard<std::mutex> lock(state->mutex);
     state->exited = true;
     state->exit_changed.notify_all();

@@ -1,5 +1,6 @@
 #include "qvl/io/sha256.h"
 
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <unistd.h>
 
@@ -73,5 +74,7 @@ std::string sha256_file_hex(const std::string& path) {
   if (failed) throw Error(path + ": read error while hashing");
   return h.hex_digest();
 }
+
+void release_thread_hash_state() { OPENSSL_thread_stop(); }
 
 }  // namespace qvl
