@@ -154,6 +154,32 @@ TEST_CASE("int8: a decode step (GEMV) continues a prefill (dequantized matmul) l
   CHECK(matmul_heads >= 3);
 }
 
+TEST_CASE("int8: a decode step of many sequences gives each the logits it gets alone") {
+  // A prompt of 6+ rows takes the int8 GEMM where the tier has a fast one; a
+  // step of 6+ sequences must not (tensor::Rows): its rows would round
+  // differently from a sequence stepped alone.
+  TempDir dir("batch");
+  Decoder dec = make_decoder(WeightQuant::Int8, dir.str());
+  const int64_t n = 2 * tensor::kInt8GemvMaxRowsBeforeGemm + 1;
+  dec.set_sequences(n);
+  std::vector<int64_t> sequences, positions;
+  std::vector<int32_t> tokens;
+  for (int64_t s = 0; s < n; ++s) {
+    const Prompt p = load_prompt(kCases[size_t(s) % kCases.size()]);
+    dec.prefill(s, p.embeds, p.positions, p.deepstack_ptr());
+    sequences.push_back(s);
+    positions.push_back(p.positions.max().item<int64_t>() + 1);
+    tokens.push_back(int32_t(100 + 37 * s));
+  }
+  const at::Tensor together = dec.decode(sequences, tokens, positions);
+  for (int64_t s = 0; s < n; ++s) {
+    CAPTURE(s);
+    dec.truncate(dec.cached(s) - 1, s);
+    const at::Tensor alone = dec.decode({s}, {tokens[size_t(s)]}, {positions[size_t(s)]});
+    CHECK(at::equal(together[s], alone[0]));
+  }
+}
+
 TEST_CASE("int8: all_logits (prefill path for the lm_head) agrees with the last-token logits") {
   TempDir dir("all_logits");
   Decoder dec = make_decoder(WeightQuant::Int8, dir.str());

@@ -138,7 +138,9 @@ at::Tensor Decoder::logits_of(const at::Tensor& normed) {
   const int64_t rows = normed.size(0);
   if (!logits_buffer_.defined() || logits_buffer_.size(0) != rows)
     logits_buffer_ = at::empty({rows, cfg_.vocab_size}, at::TensorOptions().dtype(opts_.dtype));
-  tensor::linear_into(logits_buffer_, normed, weights_->lm_head(), {}, workspace_->dequant_scratch());
+  // One row per sequence (a prompt's last, or a decode step's).
+  tensor::linear_into(logits_buffer_, normed, weights_->lm_head(), {}, workspace_->dequant_scratch(),
+                      tensor::Rows::Sequences);
   // A copy: the buffer is reused by the next call.
   return logits_buffer_.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
 }

@@ -150,11 +150,13 @@ at::Tensor run_decoder_layer(const at::Tensor& hidden, const LayerWeights& w, co
   const int64_t heads = cfg.num_attention_heads, kv_heads = cfg.num_key_value_heads;
   LayerWorkspace::Views b = ws.rows(L);
   at::Tensor& scratch = ws.dequant_scratch();
+  // Several sequences (a batched decode step): each gets what it gets alone.
+  const tensor::Rows kind = sequences.size() > 1 ? tensor::Rows::Sequences : tensor::Rows::Prompt;
 
   at::Tensor x = rms_norm(hidden, w.input_norm, cfg.rms_norm_eps);
-  tensor::linear_into(b.q, x, w.q_proj, w.q_bias, scratch);
-  tensor::linear_into(b.k, x, w.k_proj, w.k_bias, scratch);
-  tensor::linear_into(b.v, x, w.v_proj, w.v_bias, scratch);
+  tensor::linear_into(b.q, x, w.q_proj, w.q_bias, scratch, kind);
+  tensor::linear_into(b.k, x, w.k_proj, w.k_bias, scratch, kind);
+  tensor::linear_into(b.v, x, w.v_proj, w.v_bias, scratch, kind);
   at::Tensor q = norm_and_rope(b.q.view({L, heads, head_dim}), w.q_norm, rope, cfg.rms_norm_eps);
   at::Tensor k = norm_and_rope(b.k.view({L, kv_heads, head_dim}), w.k_norm, rope, cfg.rms_norm_eps);
   at::Tensor v = b.v.view({L, kv_heads, head_dim});
@@ -172,17 +174,17 @@ at::Tensor run_decoder_layer(const at::Tensor& hidden, const LayerWeights& w, co
       first += seq.rows;
     }
   }
-  tensor::linear_into(b.o, b.attn, w.o_proj, w.o_bias, scratch);
+  tensor::linear_into(b.o, b.attn, w.o_proj, w.o_bias, scratch, kind);
   at::Tensor h = hidden + b.o;
 
   x = rms_norm(h, w.post_attention_norm, cfg.rms_norm_eps);
-  tensor::linear_into(b.gate, x, w.gate_proj, {}, scratch);
-  tensor::linear_into(b.up, x, w.up_proj, {}, scratch);
+  tensor::linear_into(b.gate, x, w.gate_proj, {}, scratch, kind);
+  tensor::linear_into(b.up, x, w.up_proj, {}, scratch, kind);
   if (const std::optional<kernels::Storage> storage = fused_storage({&b.gate, &b.up}))
     kernels::silu_mul(*storage, b.gate.data_ptr(), b.up.data_ptr(), b.gate.numel());
   else
     at::silu_(b.gate).mul_(b.up);
-  tensor::linear_into(b.down, b.gate, w.down_proj, {}, scratch);
+  tensor::linear_into(b.down, b.gate, w.down_proj, {}, scratch, kind);
   return h.add_(b.down);
 }
 

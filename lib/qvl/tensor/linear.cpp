@@ -208,8 +208,9 @@ bool gemm_into_if_fast(at::Tensor&, const at::Tensor&, const Int4Matrix&, const 
 // the dequantized weights, for either kind of quantized matrix.
 template <class Matrix, class Gemv>
 void quantized_linear_into(at::Tensor& out, const at::Tensor& x, const Matrix& w, const at::Tensor& bias,
-                           at::Tensor& scratch, Gemv gemv) {
-  if (x.size(0) <= (has_fast_gemm(w) ? kInt8GemvMaxRowsBeforeGemm : kInt8GemvMaxRows)) {
+                           at::Tensor& scratch, Rows rows, Gemv gemv) {
+  const bool gemm_sooner = rows == Rows::Prompt && has_fast_gemm(w);
+  if (x.size(0) <= (gemm_sooner ? kInt8GemvMaxRowsBeforeGemm : kInt8GemvMaxRows)) {
     gemv_into(out, x, w.rows, bias, [&](const float* xf, float* yf, int64_t rows) { gemv(w, xf, yf, rows); });
     return;  // the bias is in already
   } else if (gemm_into_if_fast(out, x, w, bias)) {
@@ -226,14 +227,14 @@ void quantized_linear_into(at::Tensor& out, const at::Tensor& x, const Matrix& w
 }  // namespace
 
 void linear_into(at::Tensor& out, const at::Tensor& x, const LinearWeight& weight, const at::Tensor& bias,
-                 at::Tensor& scratch) {
+                 at::Tensor& scratch, Rows rows) {
   if (weight.int4)
-    return quantized_linear_into(out, x, *weight.int4, bias, scratch,
+    return quantized_linear_into(out, x, *weight.int4, bias, scratch, rows,
                                  [](const Int4Matrix& w, const float* xf, float* yf, int64_t rows) {
                                    kernels::gemv_int4(w, xf, yf, rows);
                                  });
   if (weight.int8)
-    return quantized_linear_into(out, x, *weight.int8, bias, scratch,
+    return quantized_linear_into(out, x, *weight.int8, bias, scratch, rows,
                                  [](const Int8Matrix& w, const float* xf, float* yf, int64_t rows) {
                                    kernels::gemv_int8(w, xf, yf, rows);
                                  });

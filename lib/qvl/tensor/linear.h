@@ -71,7 +71,13 @@ void matmul_into(at::Tensor& out, const at::Tensor& a, const at::Tensor& b);
 // `scratch`: grown when needed and kept by the caller for reuse, so no dense
 // copy of the weights outlives the call's working set. Int4 weights the same
 // way, with gemv_int4 up to kInt8GemvMaxRows rows.
+// What x's rows are, where the route may differ: a prompt's tokens (of one
+// sequence), or one token of each of several sequences (a batched decode
+// step). The latter stay on the GEMV up to kInt8GemvMaxRows, as one sequence
+// alone is, so that a sequence's result does not depend on the others in its
+// step (`qvl ocr --batch N` answers as --batch 1 does).
+enum class Rows { Prompt, Sequences };
 void linear_into(at::Tensor& out, const at::Tensor& x, const LinearWeight& weight, const at::Tensor& bias,
-                 at::Tensor& scratch);
+                 at::Tensor& scratch, Rows rows = Rows::Prompt);
 
 }  // namespace qvl::tensor
