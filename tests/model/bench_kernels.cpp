@@ -235,32 +235,29 @@ int main(int argc, char** argv) {
     for (const Matrix& m : matrices) quantized.push_back(quantize_int8(view(m.w), group));
     for (int threads : {1, 2}) {
       std::vector<Config> configs;
+      // One step over every projection, `multiply(w, batch, in, out, isa)` for each.
+      auto add_config = [&](const std::string& label, int64_t batch, Isa isa, auto multiply) {
+        std::vector<Gemv> step;
+        for (size_t i = 0; i < matrices.size(); ++i) {
+          const Projection& p = kProjections[matrices[i].shape];
+          const Int8Matrix& w = quantized[i].view();
+          step.push_back({matrices[i].shape, double(w.weight_bytes() + w.scale_bytes()),
+                          [=] { multiply(w, batch, p.in, p.out, isa); }});
+        }
+        configs.emplace_back(label, std::move(step));
+      };
       for (int64_t batch : batches)
         for (Isa isa : tiers) {
-          std::vector<Gemv> step;
-          for (size_t i = 0; i < matrices.size(); ++i) {
-            const Projection& p = kProjections[matrices[i].shape];
-            const Int8Matrix& w = quantized[i].view();
-            step.push_back({matrices[i].shape, double(w.weight_bytes() + w.scale_bytes()),
-                            [&, w, batch, in = p.in, out = p.out, isa] {
-                              gemv_int8(w, x_of(batch, in), y_of(batch, out), batch, isa);
-                            }});
-          }
-          configs.emplace_back(fmt::format("{} {} batch {}", prefix, int8_kernel_name(isa), batch), std::move(step));
+          add_config(fmt::format("{} {} batch {}", prefix, int8_kernel_name(isa), batch), batch, isa,
+                     [&](const Int8Matrix& w, int64_t b, int64_t in, int64_t out, Isa t) {
+                       gemv_int8(w, x_of(b, in), y_of(b, out), b, t);
+                     });
           // The int8 GEMM that longer inputs take (tensor::linear_into), over the same streamed weights.
-          if (!gemm_int8_is_fast(isa)) continue;
-          std::vector<Gemv> gemm;
-          for (size_t i = 0; i < matrices.size(); ++i) {
-            const Projection& p = kProjections[matrices[i].shape];
-            const Int8Matrix& w = quantized[i].view();
-            gemm.push_back({matrices[i].shape, double(w.weight_bytes() + w.scale_bytes()),
-                            [&, w, batch, in = p.in, out = p.out, isa] {
-                              gemm_int8(w, x_of(batch, in), Storage::F32, in, batch, y_of(batch, out), Storage::F32,
-                                        out, nullptr, isa);
-                            }});
-          }
-          configs.emplace_back(fmt::format("{} gemm {} batch {}", prefix, int8_kernel_name(isa), batch),
-                               std::move(gemm));
+          if (gemm_int8_is_fast(isa))
+            add_config(fmt::format("{} gemm {} batch {}", prefix, int8_kernel_name(isa), batch), batch, isa,
+                       [&](const Int8Matrix& w, int64_t b, int64_t in, int64_t out, Isa t) {
+                         gemm_int8(w, x_of(b, in), Storage::F32, in, b, y_of(b, out), Storage::F32, out, nullptr, t);
+                       });
         }
       compare(threads, configs);
     }

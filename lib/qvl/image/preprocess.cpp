@@ -23,6 +23,11 @@ void check_config(const PreprocessorConfig& cfg) {
       throw Error(fmt::format("preprocessor: image_std[{}] is {}, it must be non-zero", c, cfg.image_std[c]));
 }
 
+// Values in a patch row: C * T * P * P.
+int64_t patch_dim_of(const PreprocessorConfig& cfg) {
+  return kChannels * cfg.temporal_patch_size * cfg.patch_size * cfg.patch_size;
+}
+
 }  // namespace
 
 ResizedSize smart_resize(int64_t height, int64_t width, int64_t factor, int64_t min_pixels, int64_t max_pixels) {
@@ -90,8 +95,7 @@ void patchify_into(const RgbImage& resized, const PreprocessorConfig& cfg, const
 
 std::vector<uint8_t> patchify_u8(const RgbImage& resized, const PreprocessorConfig& cfg, ImageGrid* grid) {
   const ImageGrid g = patch_grid(resized, cfg);
-  const int64_t patch_dim = kChannels * cfg.temporal_patch_size * cfg.patch_size * cfg.patch_size;
-  std::vector<uint8_t> out(size_t(g.patches() * patch_dim));
+  std::vector<uint8_t> out(size_t(g.patches() * patch_dim_of(cfg)));
   patchify_into(resized, cfg, g, out.data(), [](int64_t, uint8_t v) { return v; });
   if (grid) *grid = g;
   return out;
@@ -111,7 +115,7 @@ PatchifiedImage preprocess_image(const RgbImage& img, const PreprocessorConfig& 
   result.grid = patch_grid(resized, cfg);
   result.resized_width = size.width;
   result.resized_height = size.height;
-  result.patch_dim = kChannels * cfg.temporal_patch_size * cfg.patch_size * cfg.patch_size;
+  result.patch_dim = patch_dim_of(cfg);
 
   // Only 256 values per channel exist, so normalize through a table.
   float table[kChannels][256];

@@ -17,13 +17,6 @@ namespace qvl::tensor {
 using kernels::aten_bf16_matmul_is_fast;
 using kernels::kMaxVectors;
 
-// The 2B decoder's seven projections, 28 layers, 2 threads, Zen 5
-// (2026-12-04, qvl_bench_kernels, streaming the weights): the dot-product GEMV
-// took 180 ms at 16 rows against oneDNN's 241, and 331 against 339 at 32 (a
-// pass over the weights for any row count up to kMaxVectors). The avx2 tier's
-// FMA GEMV took 952 ms at 32 rows, the widened float32 matmul 1.1-1.5 s at
-// 15-32 rows (docs/PERFORMANCE.md).
-
 namespace {
 
 // Weights dequantized per block in a prefill: 16 Mi elements (32 MB in bf16)
@@ -34,9 +27,14 @@ constexpr int64_t kDequantBlockElements = int64_t(1) << 24;
 // cache while OpenBLAS multiplies them, and no block costs much memory.
 constexpr int64_t kWidenBlockElements = int64_t(1) << 20;
 
-// A few rows against bf16 weights (decode steps, small batches): the weights
-// dominate the cost, so stream them once with the GEMV, which reaches the
-// memory bandwidth where a matmul library gets a fraction of it.
+// A few rows against bf16 weights (decode steps, small batches, short
+// prompts): the weights dominate the cost, so stream them once with the GEMV,
+// which reaches the memory bandwidth where a matmul library gets a fraction of
+// it. Up to kBf16GemvMaxRows: the 2B decoder's seven projections, 28 layers, 2
+// threads, Zen 5 (2026-12-04, qvl_bench_kernels, the weights streamed), the
+// dot-product GEMV took 180 ms at 16 rows against oneDNN's 241, and 331 against
+// 339 at 32; the avx2 tier's FMA GEMV 952 ms at 32 rows, the widened float32
+// matmul 1.1-1.5 s at 15-32 rows (docs/PERFORMANCE.md).
 bool use_bf16_gemv(const at::Tensor& x, const at::Tensor& weight) {
   return x.size(0) <= kBf16GemvMaxRows && weight.scalar_type() == at::kBFloat16 && weight.is_contiguous() &&
          weight.dim() == 2;
