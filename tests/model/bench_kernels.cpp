@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
   };
   fmt::print("kernels: {}  ATen threads: {}\n", isa_description(), at::get_num_threads());
   std::vector<Isa> tiers;  // fastest first
-  for (Isa isa : {Isa::Avx512, Isa::Avx2, Isa::Neon, Isa::Generic})
+  for (Isa isa : {Isa::Avx512, Isa::Avx2Vnni, Isa::Avx2, Isa::Neon, Isa::Generic})
     if (isa_supported(isa)) tiers.push_back(isa);
   const bool has_dpbf16 = isa_supported(Isa::Avx512) && cpu_features().avx512_bf16;
   const bool has_vnni = isa_supported(Isa::Avx512) && cpu_features().avx512_vnni;
@@ -206,6 +206,7 @@ int main(int argc, char** argv) {
         configs.emplace_back("qvl bf16 " + name + b, std::move(step));
       };
       for (Isa isa : tiers) {
+        if (isa == Isa::Avx2Vnni) continue;  // its bf16 kernels are avx2's
         add_tier(isa == Isa::Avx512 ? "avx512-fma" : isa_name(isa), isa, false);
         if (isa == Isa::Avx512 && has_dpbf16) add_tier("avx512-dpbf16", isa, true);
       }
@@ -269,8 +270,9 @@ int main(int argc, char** argv) {
     for (Isa isa : tiers)
       for (int64_t batch : batches)
         for (int threads : {1, 2})
-          any = any || wanted(fmt::format("{} {} batch {}, {} thread{}", prefix, int8_kernel_name(isa), batch, threads,
-                                          threads > 1 ? "s" : ""));
+          for (const char* route : {"", "gemm "})
+            any = any || wanted(fmt::format("{} {}{} batch {}, {} thread{}", prefix, route, int8_kernel_name(isa),
+                                            batch, threads, threads > 1 ? "s" : ""));
     if (any) {
       at::set_num_threads(2);
       std::vector<QuantizedInt4Matrix> quantized;
@@ -278,18 +280,29 @@ int main(int argc, char** argv) {
       for (const Matrix& m : matrices) quantized.push_back(quantize_int4(view(m.w)));
       for (int threads : {1, 2}) {
         std::vector<Config> configs;
+        // One step over every projection, `multiply(w, batch, in, out, isa)` for each.
+        auto add_config = [&](const std::string& label, int64_t batch, Isa isa, auto multiply) {
+          std::vector<Gemv> step;
+          for (size_t i = 0; i < matrices.size(); ++i) {
+            const Projection& p = kProjections[matrices[i].shape];
+            const Int4Matrix& w = quantized[i].view();
+            step.push_back({matrices[i].shape, double(w.level_bytes() + w.param_bytes()),
+                            [=] { multiply(w, batch, p.in, p.out, isa); }});
+          }
+          configs.emplace_back(label, std::move(step));
+        };
         for (int64_t batch : batches)
           for (Isa isa : tiers) {
-            std::vector<Gemv> step;
-            for (size_t i = 0; i < matrices.size(); ++i) {
-              const Projection& p = kProjections[matrices[i].shape];
-              const Int4Matrix& w = quantized[i].view();
-              step.push_back({matrices[i].shape, double(w.level_bytes() + w.param_bytes()),
-                              [&, w, batch, in = p.in, out = p.out, isa] {
-                                gemv_int4(w, x_of(batch, in), y_of(batch, out), batch, isa);
-                              }});
-            }
-            configs.emplace_back(fmt::format("{} {} batch {}", prefix, int8_kernel_name(isa), batch), std::move(step));
+            add_config(fmt::format("{} {} batch {}", prefix, int8_kernel_name(isa), batch), batch, isa,
+                       [&](const Int4Matrix& w, int64_t b, int64_t in, int64_t out, Isa t) {
+                         gemv_int4(w, x_of(b, in), y_of(b, out), b, t);
+                       });
+            // The int4 GEMM that longer inputs take (tensor::linear_into), over the same streamed weights.
+            if (gemm_int4_is_fast(isa))
+              add_config(fmt::format("{} gemm {} batch {}", prefix, int8_kernel_name(isa), batch), batch, isa,
+                         [&](const Int4Matrix& w, int64_t b, int64_t in, int64_t out, Isa t) {
+                           gemm_int4(w, x_of(b, in), Storage::F32, in, b, y_of(b, out), Storage::F32, out, nullptr, t);
+                         });
           }
         compare(threads, configs);
       }

@@ -35,7 +35,8 @@ inline float round_half_even(float v) {
 void quantize_row(const float* values, const Int8Matrix& w, int8_t* x_q, float* scales, int32_t* bias) {
   std::fill(x_q + w.cols, x_q + w.padded_cols, int8_t(0));
   for (int64_t g = 0; g < w.groups(); ++g) {
-    const int64_t first = g * w.group_size, last = std::min(first + w.group_size, w.cols);
+    // (An int4 matrix's padding can be a whole group past cols: first > cols.)
+    const int64_t first = g * w.group_size, last = std::max(first, std::min(first + w.group_size, w.cols));
     float max_abs = 0.0f;
     for (int64_t k = first; k < last; ++k) max_abs = std::max(max_abs, std::fabs(values[k]));
     const float scale = max_abs / 127.0f;
@@ -89,7 +90,7 @@ PanelScratch int8_gemm_panel_scratch(const Int8Matrix& w) {
   thread_local std::unique_ptr<uint8_t, FreeAligned> buffer;
   thread_local size_t capacity = 0;
   const size_t panel_bytes = size_t(w.padded_cols / 4 * kPanelBytesPer4);
-  const size_t bytes = panel_bytes + size_t(w.groups() * kPanelColumns) * sizeof(float);
+  const size_t bytes = panel_bytes + 2 * size_t(w.groups() * kPanelColumns) * sizeof(float);  // scales, mins
   if (bytes > capacity) {
     buffer.reset(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
     capacity = buffer ? bytes : 0;
@@ -118,6 +119,38 @@ void pack_panel_scales(const Int8Matrix& w, int64_t n0, int64_t columns, float* 
       scales[g * kPanelColumns + j] = j < columns ? w.scales[(n0 + j) * groups + g] : 0.0f;
 }
 
+PanelSource panel_source(const Int8GemmJob& job, int64_t n0, int64_t columns) {
+  if (!job.int4) return {job.w, n0};
+  const Int4Matrix& w = *job.int4;
+  const int64_t groups = w.groups(), half = kInt4GroupSize / 2;
+  thread_local std::vector<int8_t> levels;
+  thread_local std::vector<float> scales;
+  thread_local Int8Matrix unpacked;
+  levels.resize(size_t(columns * w.padded_cols));
+  scales.resize(size_t(columns * groups));
+  for (int64_t j = 0; j < columns; ++j) {
+    // quant4.h's layout: byte i of a group holds columns i and i + 32.
+    const uint8_t* packed = w.levels + (n0 + j) * w.row_bytes();
+    int8_t* out = levels.data() + j * w.padded_cols;
+    for (int64_t g = 0; g < groups; ++g)
+      for (int64_t i = 0; i < half; ++i) {
+        const uint8_t byte = packed[g * half + i];
+        out[g * kInt4GroupSize + i] = int8_t(byte & 0x0f);
+        out[g * kInt4GroupSize + half + i] = int8_t(byte >> 4);
+      }
+    for (int64_t g = 0; g < groups; ++g) scales[size_t(j * groups + g)] = f16_to_float(w.params[((n0 + j) * groups + g) * 2]);
+  }
+  unpacked = Int8Matrix{levels.data(), scales.data(), columns, w.cols, w.padded_cols, kInt4GroupSize};
+  return {&unpacked, 0};
+}
+
+void pack_panel_mins(const Int4Matrix& w, int64_t n0, int64_t columns, float* mins) {
+  const int64_t groups = w.groups();
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t j = 0; j < kPanelColumns; ++j)
+      mins[g * kPanelColumns + j] = j < columns ? f16_to_float(w.params[((n0 + j) * groups + g) * 2 + 1]) : 0.0f;
+}
+
 void int8_quantize_rows_generic(const Int8GemmJob& job, const void* x, Storage x_storage, int64_t x_stride,
                                 int64_t begin, int64_t end) {
   const Int8Matrix& w = *job.w;
@@ -135,18 +168,23 @@ void int8_quantize_rows_generic(const Int8GemmJob& job, const void* x, Storage x
 // the same float accumulation as the VNNI kernel (total += dot · (w_scale ·
 // x_scale), group by group), with separate rounding where the target has no FMA.
 void int8_gemm_panels_generic(const Int8GemmJob& job, int64_t first_panel, int64_t end_panel) {
-  const Int8Matrix& w = *job.w;
-  const int64_t groups = w.groups();
-  const int64_t first = first_panel * kPanelColumns, end = std::min(w.rows, end_panel * kPanelColumns);
+  const int64_t groups = job.w->groups();
+  const int64_t first = first_panel * kPanelColumns, end = std::min(job.w->rows, end_panel * kPanelColumns);
   for (int64_t n = first; n < end; ++n) {
-    const int8_t* q = w.weights + n * w.padded_cols;
+    const auto [w, row] = panel_source(job, n, 1);  // an int4 job's row, unpacked
+    const int8_t* q = w->weights + row * w->padded_cols;
     for (int64_t m = 0; m < job.rows; ++m) {
-      const int8_t* xq = job.x_q + m * w.padded_cols;
+      const int8_t* xq = job.x_q + m * w->padded_cols;
       float total = 0.0f;
       for (int64_t g = 0; g < groups; ++g) {
         int32_t dot = 0;
-        for (int64_t k = g * w.group_size; k < (g + 1) * w.group_size; ++k) dot += int16_t(q[k]) * int16_t(xq[k]);
-        total = float(dot) * (w.scales[n * groups + g] * job.x_scales[m * groups + g]) + total;
+        for (int64_t k = g * w->group_size; k < (g + 1) * w->group_size; ++k) dot += int16_t(q[k]) * int16_t(xq[k]);
+        const float x_scale = job.x_scales[m * groups + g];
+        total = float(dot) * (w->scales[row * groups + g] * x_scale) + total;
+        if (job.int4) {
+          const float min = f16_to_float(job.int4->params[(n * groups + g) * 2 + 1]);
+          total = min * (x_scale * float(job.x_bias[m * groups + g] / 128)) + total;
+        }
       }
       if (job.bias) total += job.bias[n];
       if (job.y_storage == Storage::F32)
@@ -160,14 +198,19 @@ void int8_gemm_panels_generic(const Int8GemmJob& job, int64_t first_panel, int64
 }  // namespace detail
 
 bool gemm_int8_is_fast(Isa isa) { return kernels_for(isa).panels != int8_gemm_panels_generic; }
+// The aarch64 kernel has no int4 panels (it would need the offsets' epilogue).
+bool gemm_int4_is_fast(Isa isa) { return QVL_X86 && gemm_int8_is_fast(isa); }
 
-void gemm_int8(const Int8Matrix& w, const void* x, Storage x_storage, int64_t x_stride, int64_t rows, void* y,
-               Storage y_storage, int64_t y_stride, const float* bias, Isa isa) {
-  validate_int8_layout(w, "gemm_int8");
-  require_isa(isa, "gemm_int8");
-  if (rows < 0) throw Error(fmt::format("gemm_int8: negative row count {}", rows));
+namespace {
+
+// gemm_int8 and gemm_int4: w is the weights, or for int4 only their shape.
+void run_gemm(const char* name, const Int8Matrix& w, const Int4Matrix* int4, const void* x, Storage x_storage,
+              int64_t x_stride, int64_t rows, void* y, Storage y_storage, int64_t y_stride, const float* bias,
+              Isa isa) {
+  require_isa(isa, name);
+  if (rows < 0) throw Error(fmt::format("{}: negative row count {}", name, rows));
   if (rows > 1 && (x_stride < w.cols || y_stride < w.rows))
-    throw Error(fmt::format("gemm_int8: row strides {} (x) and {} (y) are shorter than the rows ({}, {})", x_stride,
+    throw Error(fmt::format("{}: row strides {} (x) and {} (y) are shorter than the rows ({}, {})", name, x_stride,
                             y_stride, w.cols, w.rows));
   if (rows == 0 || w.rows == 0) return;
 
@@ -175,8 +218,10 @@ void gemm_int8(const Int8Matrix& w, const void* x, Storage x_storage, int64_t x_
   x_q_buffer.resize(size_t(rows * w.padded_cols));
   x_scales_buffer.resize(size_t(rows * groups));
   x_bias_buffer.resize(size_t(rows * groups));
-  Int8GemmJob job{&w, rows, x_q_buffer.data(), x_scales_buffer.data(), x_bias_buffer.data(), y, y_storage, y_stride, bias};
-  const TierKernels kernels = kernels_for(isa);
+  Int8GemmJob job{&w, rows, x_q_buffer.data(), x_scales_buffer.data(), x_bias_buffer.data(), y, y_storage, y_stride, bias,
+                  int4};
+  TierKernels kernels = kernels_for(isa);
+  if (int4 && !gemm_int4_is_fast(isa)) kernels.panels = int8_gemm_panels_generic;
   parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, w.cols)),
                [&](int64_t begin, int64_t end) { kernels.quantize(job, x, x_storage, x_stride, begin, end); });
 
@@ -185,6 +230,21 @@ void gemm_int8(const Int8Matrix& w, const void* x, Storage x_storage, int64_t x_
   // (a 512-row prefill: one panel, ~33 M, per claim).
   const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 20) / std::max<int64_t>(1, rows * w.padded_cols * kPanelColumns));
   parallel_claim(panels, chunk, [&](int64_t begin, int64_t end) { kernels.panels(job, begin, end); });
+}
+
+}  // namespace
+
+void gemm_int8(const Int8Matrix& w, const void* x, Storage x_storage, int64_t x_stride, int64_t rows, void* y,
+               Storage y_storage, int64_t y_stride, const float* bias, Isa isa) {
+  validate_int8_layout(w, "gemm_int8");
+  run_gemm("gemm_int8", w, nullptr, x, x_storage, x_stride, rows, y, y_storage, y_stride, bias, isa);
+}
+
+void gemm_int4(const Int4Matrix& w, const void* x, Storage x_storage, int64_t x_stride, int64_t rows, void* y,
+               Storage y_storage, int64_t y_stride, const float* bias, Isa isa) {
+  validate_int4_layout(w, "gemm_int4");
+  const Int8Matrix shape{nullptr, nullptr, w.rows, w.cols, w.padded_cols, w.group_size};
+  run_gemm("gemm_int4", shape, &w, x, x_storage, x_stride, rows, y, y_storage, y_stride, bias, isa);
 }
 
 }  // namespace qvl::kernels

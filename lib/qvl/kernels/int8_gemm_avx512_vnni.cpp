@@ -88,7 +88,8 @@ inline __m512i broadcast4(const int8_t* p) {
   return _mm512_set1_epi32(four);
 }
 
-template <int R, class Out>
+// kOffsets: an int4 job (int8_gemm_detail.h), whose mins follow the scales.
+template <int R, class Out, bool kOffsets>
 void tile(const Int8GemmJob& job, const uint8_t* panel, const float* scales, int64_t m0, int64_t n0,
           int64_t columns) {
   const Int8Matrix& w = *job.w;
@@ -118,12 +119,19 @@ void tile(const Int8GemmJob& job, const uint8_t* panel, const float* scales, int
         for (int z = 0; z < Z; ++z) dot[r][z] = dot_asm::dpbusd512(dot[r][z], weights[z], xb);
       }
     }
-    __m512 ws[Z];
+    __m512 ws[Z], mins[Z];
     for (int z = 0; z < Z; ++z) ws[z] = _mm512_load_ps(scales + g * kPanelColumns + 16 * z);
+    if constexpr (kOffsets)
+      for (int z = 0; z < Z; ++z) mins[z] = _mm512_load_ps(scales + (groups + g) * kPanelColumns + 16 * z);
     for (int r = 0; r < R; ++r) {
-      const __m512 xs = _mm512_set1_ps(job.x_scales[(m0 + r) * groups + g]);
+      const float x_scale = job.x_scales[(m0 + r) * groups + g];
+      const __m512 xs = _mm512_set1_ps(x_scale);
       for (int z = 0; z < Z; ++z)
         total[r][z] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][z]), _mm512_mul_ps(ws[z], xs), total[r][z]);
+      if constexpr (kOffsets) {
+        const __m512 offset = _mm512_set1_ps(x_scale * float(job.x_bias[(m0 + r) * groups + g] / 128));
+        for (int z = 0; z < Z; ++z) total[r][z] = _mm512_fmadd_ps(mins[z], offset, total[r][z]);
+      }
     }
   }
   if (job.bias) {
@@ -139,20 +147,28 @@ void tile(const Int8GemmJob& job, const uint8_t* panel, const float* scales, int
   }
 }
 
-template <class Out>
+template <class Out, bool kOffsets>
 void panel_rows(const Int8GemmJob& job, const uint8_t* panel, const float* scales, int64_t n0, int64_t columns) {
   int64_t m = 0;
-  for (; m + kTileRows <= job.rows; m += kTileRows) tile<kTileRows, Out>(job, panel, scales, m, n0, columns);
+  for (; m + kTileRows <= job.rows; m += kTileRows) tile<kTileRows, Out, kOffsets>(job, panel, scales, m, n0, columns);
   switch (job.rows - m) {
-    case 7: return tile<7, Out>(job, panel, scales, m, n0, columns);
-    case 6: return tile<6, Out>(job, panel, scales, m, n0, columns);
-    case 5: return tile<5, Out>(job, panel, scales, m, n0, columns);
-    case 4: return tile<4, Out>(job, panel, scales, m, n0, columns);
-    case 3: return tile<3, Out>(job, panel, scales, m, n0, columns);
-    case 2: return tile<2, Out>(job, panel, scales, m, n0, columns);
-    case 1: return tile<1, Out>(job, panel, scales, m, n0, columns);
+    case 7: return tile<7, Out, kOffsets>(job, panel, scales, m, n0, columns);
+    case 6: return tile<6, Out, kOffsets>(job, panel, scales, m, n0, columns);
+    case 5: return tile<5, Out, kOffsets>(job, panel, scales, m, n0, columns);
+    case 4: return tile<4, Out, kOffsets>(job, panel, scales, m, n0, columns);
+    case 3: return tile<3, Out, kOffsets>(job, panel, scales, m, n0, columns);
+    case 2: return tile<2, Out, kOffsets>(job, panel, scales, m, n0, columns);
+    case 1: return tile<1, Out, kOffsets>(job, panel, scales, m, n0, columns);
     default: return;
   }
+}
+
+template <bool kOffsets>
+void panel_rows_to(const Int8GemmJob& job, const uint8_t* panel, const float* scales, int64_t n0, int64_t columns) {
+  if (job.y_storage == Storage::F32)
+    panel_rows<float, kOffsets>(job, panel, scales, n0, columns);
+  else
+    panel_rows<uint16_t, kOffsets>(job, panel, scales, n0, columns);
 }
 static_assert(kTileRows <= 8, "one tail case per row count below kTileRows");
 
@@ -206,11 +222,14 @@ void int8_gemm_panels_avx512_vnni(const Int8GemmJob& job, int64_t first_panel, i
   for (int64_t p = first_panel; p < end_panel; ++p) {
     const int64_t n0 = p * kPanelColumns, columns = panel_columns(w, p);
     if (columns <= 0) return;
-    pack_panel(w, n0, columns, panel, scales);
-    if (job.y_storage == Storage::F32)
-      panel_rows<float>(job, panel, scales, n0, columns);
-    else
-      panel_rows<uint16_t>(job, panel, scales, n0, columns);
+    const PanelSource source = panel_source(job, n0, columns);
+    pack_panel(*source.w, source.n0, columns, panel, scales);
+    if (job.int4) {
+      pack_panel_mins(*job.int4, n0, columns, scales + w.groups() * kPanelColumns);
+      panel_rows_to<true>(job, panel, scales, n0, columns);
+    } else {
+      panel_rows_to<false>(job, panel, scales, n0, columns);
+    }
   }
 }
 

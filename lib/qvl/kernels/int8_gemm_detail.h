@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "qvl/kernels/quant.h"
+#include "qvl/kernels/quant4.h"
 #include "qvl/kernels/storage.h"
 
 namespace qvl::kernels::detail {
@@ -35,6 +36,12 @@ struct Int8GemmJob {
   Storage y_storage;
   int64_t y_stride;
   const float* bias;       // w->rows values added to the sums before rounding, or null
+  // gemm_int4: the weights are these 4-bit levels u with w = u · scale + min
+  // (quant4.h), and *w gives only the shape (no weights or scales). A panel
+  // packs the levels as the bytes q = u (panel_source), and each group adds
+  // min · x_scale · Σ xq to the float sum after its dot product (the offset's
+  // share, Σ xq being x_bias / 128 on every tier).
+  const Int4Matrix* int4 = nullptr;
 };
 
 // Quantizes rows [begin, end) of X (rows x_stride elements apart) into the
@@ -57,11 +64,25 @@ void int8_quantize_rows_avx2(const Int8GemmJob& job, const void* x, Storage x_st
 void pack_panel_portable(const Int8Matrix& w, int64_t n0, int64_t columns, uint8_t flip, uint8_t* panel);
 void pack_panel_scales(const Int8Matrix& w, int64_t n0, int64_t columns, float* scales);
 
+// The int8 rows a panel of columns [n0, n0 + columns) packs from: the job's
+// own weights, or for an int4 job those columns' levels unpacked (one byte
+// each, 0..15) with their scales as floats, into the calling thread's
+// buffer, numbered from 0. So a tier packs an int4 panel with the code that
+// packs an int8 one; the unpacking costs about what the packing does.
+struct PanelSource {
+  const Int8Matrix* w;
+  int64_t n0;  // the panel's first column in *w
+};
+PanelSource panel_source(const Int8GemmJob& job, int64_t n0, int64_t columns);
+// An int4 job's offsets (min) of columns [n0, n0 + columns), group by group
+// as pack_panel_scales lays out the scales (0 past the last column).
+void pack_panel_mins(const Int4Matrix& w, int64_t n0, int64_t columns, float* mins);
+
 // The calling thread's buffer for one panel of w and its scales, 64-byte
 // aligned, kept for its next call. Throws qvl::Error when out of memory.
 struct PanelScratch {
   uint8_t* panel;  // w.padded_cols / 4 steps of kPanelBytesPer4
-  float* scales;   // w.groups() × kPanelColumns
+  float* scales;   // w.groups() × kPanelColumns, then as many offsets (int4 jobs' mins)
 };
 PanelScratch int8_gemm_panel_scratch(const Int8Matrix& w);
 

@@ -96,7 +96,8 @@ struct Kernel {
   // Rows [m0, m0 + R) × the tile of columns [c0, c0 + 16) of the panel (n0
   // the panel's first column; `columns` of the tile are real). The float
   // totals live in a small array touched once per group.
-  template <int R, class Out>
+  // kOffsets: an int4 job (int8_gemm_detail.h), whose mins follow the scales.
+  template <int R, class Out, bool kOffsets>
   static void tile(const Int8GemmJob& job, const uint8_t* panel, const float* scales, int64_t m0, int64_t n0,
                    int64_t c0, int64_t columns) {
     constexpr int Z = kTileRegisters;
@@ -125,10 +126,16 @@ struct Kernel {
       __m256 ws[Z];
       for (int z = 0; z < Z; ++z) ws[z] = _mm256_load_ps(scales + g * kPanelColumns + c0 + 8 * z);
       for (int r = 0; r < R; ++r) {
-        const __m256 xs = _mm256_set1_ps(job.x_scales[(m0 + r) * groups + g]);
+        const float x_scale = job.x_scales[(m0 + r) * groups + g];
+        const __m256 xs = _mm256_set1_ps(x_scale);
         for (int z = 0; z < Z; ++z) {
-          const __m256 sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[r][z]), _mm256_mul_ps(ws[z], xs),
-                                             _mm256_load_ps(&total[r][8 * z]));
+          __m256 sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[r][z]), _mm256_mul_ps(ws[z], xs),
+                                       _mm256_load_ps(&total[r][8 * z]));
+          if constexpr (kOffsets) {
+            const __m256 offset = _mm256_set1_ps(x_scale * float(job.x_bias[(m0 + r) * groups + g] / 128));
+            const __m256 mins = _mm256_load_ps(scales + (groups + g) * kPanelColumns + c0 + 8 * z);
+            sum = _mm256_fmadd_ps(mins, offset, sum);
+          }
           _mm256_store_ps(&total[r][8 * z], sum);
         }
       }
@@ -150,25 +157,34 @@ struct Kernel {
     }
   }
 
-  template <class Out>
+  template <class Out, bool kOffsets>
   static void panel_rows(const Int8GemmJob& job, const uint8_t* panel, const float* scales, int64_t n0,
                          int64_t columns) {
     constexpr int kRows = Dot::kTileRows;
     for (int64_t c0 = 0; c0 < columns; c0 += kTileColumns) {
       const int64_t tile_columns = columns - c0;
       int64_t m = 0;
-      for (; m + kRows <= job.rows; m += kRows) tile<kRows, Out>(job, panel, scales, m, n0, c0, tile_columns);
+      for (; m + kRows <= job.rows; m += kRows) tile<kRows, Out, kOffsets>(job, panel, scales, m, n0, c0, tile_columns);
       switch (job.rows - m) {
-        case 7: tile<7, Out>(job, panel, scales, m, n0, c0, tile_columns); break;
-        case 6: tile<6, Out>(job, panel, scales, m, n0, c0, tile_columns); break;
-        case 5: tile<5, Out>(job, panel, scales, m, n0, c0, tile_columns); break;
-        case 4: tile<4, Out>(job, panel, scales, m, n0, c0, tile_columns); break;
-        case 3: tile<3, Out>(job, panel, scales, m, n0, c0, tile_columns); break;
-        case 2: tile<2, Out>(job, panel, scales, m, n0, c0, tile_columns); break;
-        case 1: tile<1, Out>(job, panel, scales, m, n0, c0, tile_columns); break;
+        case 7: tile<7, Out, kOffsets>(job, panel, scales, m, n0, c0, tile_columns); break;
+        case 6: tile<6, Out, kOffsets>(job, panel, scales, m, n0, c0, tile_columns); break;
+        case 5: tile<5, Out, kOffsets>(job, panel, scales, m, n0, c0, tile_columns); break;
+        case 4: tile<4, Out, kOffsets>(job, panel, scales, m, n0, c0, tile_columns); break;
+        case 3: tile<3, Out, kOffsets>(job, panel, scales, m, n0, c0, tile_columns); break;
+        case 2: tile<2, Out, kOffsets>(job, panel, scales, m, n0, c0, tile_columns); break;
+        case 1: tile<1, Out, kOffsets>(job, panel, scales, m, n0, c0, tile_columns); break;
         default: break;
       }
     }
+  }
+
+  template <bool kOffsets>
+  static void panel_rows_to(const Int8GemmJob& job, const uint8_t* panel, const float* scales, int64_t n0,
+                            int64_t columns) {
+    if (job.y_storage == Storage::F32)
+      panel_rows<float, kOffsets>(job, panel, scales, n0, columns);
+    else
+      panel_rows<uint16_t, kOffsets>(job, panel, scales, n0, columns);
   }
 
   // int8_gemm_detail.h's Int8GemmPanels.
@@ -178,11 +194,14 @@ struct Kernel {
     for (int64_t p = first_panel; p < end_panel; ++p) {
       const int64_t n0 = p * kPanelColumns, columns = panel_columns(w, p);
       if (columns <= 0) return;
-      pack_panel(w, n0, columns, Dot::kFlip, panel, scales);
-      if (job.y_storage == Storage::F32)
-        panel_rows<float>(job, panel, scales, n0, columns);
-      else
-        panel_rows<uint16_t>(job, panel, scales, n0, columns);
+      const PanelSource source = panel_source(job, n0, columns);
+      pack_panel(*source.w, source.n0, columns, Dot::kFlip, panel, scales);
+      if (job.int4) {
+        pack_panel_mins(*job.int4, n0, columns, scales + w.groups() * kPanelColumns);
+        panel_rows_to<true>(job, panel, scales, n0, columns);
+      } else {
+        panel_rows_to<false>(job, panel, scales, n0, columns);
+      }
     }
   }
 };

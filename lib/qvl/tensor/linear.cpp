@@ -131,11 +131,22 @@ std::optional<kernels::Storage> storage_of(const at::Tensor& t) {
   return std::nullopt;
 }
 
-// Long inputs against int8 weights where qvl has an int8 GEMM kernel for the
-// tier: x quantized per row and group on the fly, int8 × int8 → int32, the
-// bias (if any) added in float32 before the one rounding to out's dtype, out
-// written in place when its rows are dense.
-void int8_gemm_into(at::Tensor& out, const at::Tensor& x, const Int8Matrix& w, const at::Tensor& bias) {
+// The integer GEMM of each kind of quantized matrix (kernels/int8_gemm.h).
+void integer_gemm(const Int8Matrix& w, const void* x, kernels::Storage xs, int64_t x_stride, int64_t rows, void* y,
+                  kernels::Storage ys, int64_t y_stride, const float* bias) {
+  kernels::gemm_int8(w, x, xs, x_stride, rows, y, ys, y_stride, bias);
+}
+void integer_gemm(const Int4Matrix& w, const void* x, kernels::Storage xs, int64_t x_stride, int64_t rows, void* y,
+                  kernels::Storage ys, int64_t y_stride, const float* bias) {
+  kernels::gemm_int4(w, x, xs, x_stride, rows, y, ys, y_stride, bias);
+}
+
+// Long inputs against int8 or int4 weights where qvl has an integer GEMM
+// kernel for the tier: x quantized per row and group on the fly, int8 ×
+// int8 (or 4-bit levels) → int32, the bias (if any) added in float32 before
+// the one rounding to out's dtype, out written in place when its rows are dense.
+template <class Matrix>
+void integer_gemm_into(at::Tensor& out, const at::Tensor& x, const Matrix& w, const at::Tensor& bias) {
   const at::Tensor input = storage_of(x) ? x.contiguous() : x.to(at::kFloat).contiguous();
   const bool direct = storage_of(out) && out.dim() == 2 && out.stride(1) == 1;
   at::Tensor y = direct ? out : at::empty({x.size(0), w.rows}, at::kFloat);
@@ -143,8 +154,8 @@ void int8_gemm_into(at::Tensor& out, const at::Tensor& x, const Int8Matrix& w, c
   if (bias.defined() && bias.numel() != w.rows)
     throw Error(fmt::format("linear: bias of {} values for {} outputs", bias.numel(), w.rows));
   const at::Tensor bias_f32 = bias.defined() ? bias.to(at::kFloat).contiguous() : at::Tensor();
-  kernels::gemm_int8(w, input.data_ptr(), *storage_of(input), input.size(1), input.size(0), y.data_ptr(),
-                     *storage_of(y), y.stride(0), bias_f32.defined() ? bias_f32.data_ptr<float>() : nullptr);
+  integer_gemm(w, input.data_ptr(), *storage_of(input), input.size(1), input.size(0), y.data_ptr(), *storage_of(y),
+               y.stride(0), bias_f32.defined() ? bias_f32.data_ptr<float>() : nullptr);
   if (!direct) out.copy_(y);
 }
 
@@ -191,24 +202,28 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
 
 namespace {
 
-// The int8 × int8 GEMM for long inputs (bias included), where the tier has a
-// fast one; int4 weights have none and go through dequantized rows.
+// The integer GEMM for long inputs (bias included), where the tier has a
+// fast one; elsewhere long inputs go through dequantized rows.
 bool has_fast_gemm(const Int8Matrix&) { return kernels::gemm_int8_is_fast(); }
-bool has_fast_gemm(const Int4Matrix&) { return false; }
-bool gemm_into_if_fast(at::Tensor& out, const at::Tensor& x, const Int8Matrix& w, const at::Tensor& bias) {
+bool has_fast_gemm(const Int4Matrix&) { return kernels::gemm_int4_is_fast(); }
+// A prompt's rows up to which the GEMV beats that GEMM (linear.h).
+int64_t gemv_max_rows_before_gemm(const Int8Matrix&) { return kInt8GemvMaxRowsBeforeGemm; }
+int64_t gemv_max_rows_before_gemm(const Int4Matrix&) { return kInt4GemvMaxRowsBeforeGemm; }
+template <class Matrix>
+bool gemm_into_if_fast(at::Tensor& out, const at::Tensor& x, const Matrix& w, const at::Tensor& bias) {
   if (!has_fast_gemm(w)) return false;
-  int8_gemm_into(out, x, w, bias);
+  integer_gemm_into(out, x, w, bias);
   return true;
 }
-bool gemm_into_if_fast(at::Tensor&, const at::Tensor&, const Int4Matrix&, const at::Tensor&) { return false; }
 
-// Short inputs through `gemv` (gemv_int8 or gemv_int4), long ones against
-// the dequantized weights, for either kind of quantized matrix.
+// Short inputs through `gemv` (gemv_int8 or gemv_int4), long ones through
+// the integer GEMM where the tier has one, else against the dequantized
+// weights, for either kind of quantized matrix.
 template <class Matrix, class Gemv>
 void quantized_linear_into(at::Tensor& out, const at::Tensor& x, const Matrix& w, const at::Tensor& bias,
                            at::Tensor& scratch, Rows rows, Gemv gemv) {
   const bool gemm_sooner = rows == Rows::Prompt && has_fast_gemm(w);
-  if (x.size(0) <= (gemm_sooner ? kInt8GemvMaxRowsBeforeGemm : kInt8GemvMaxRows)) {
+  if (x.size(0) <= (gemm_sooner ? gemv_max_rows_before_gemm(w) : kInt8GemvMaxRows)) {
     gemv_into(out, x, w.rows, bias, [&](const float* xf, float* yf, int64_t rows) { gemv(w, xf, yf, rows); });
     return;  // the bias is in already
   } else if (gemm_into_if_fast(out, x, w, bias)) {
