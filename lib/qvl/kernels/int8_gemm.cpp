@@ -144,11 +144,15 @@ PanelSource panel_source(const Int8GemmJob& job, int64_t n0, int64_t columns) {
   return {&unpacked, 0};
 }
 
-void pack_panel_mins(const Int4Matrix& w, int64_t n0, int64_t columns, float* mins) {
+void pack_panel_int4_params(const Int4Matrix& w, int64_t n0, int64_t columns, float* scales, float* mins) {
   const int64_t groups = w.groups();
-  for (int64_t g = 0; g < groups; ++g)
-    for (int64_t j = 0; j < kPanelColumns; ++j)
-      mins[g * kPanelColumns + j] = j < columns ? f16_to_float(w.params[((n0 + j) * groups + g) * 2 + 1]) : 0.0f;
+  for (int64_t j = 0; j < kPanelColumns; ++j) {
+    const uint16_t* params = w.params + (n0 + j) * groups * 2;
+    for (int64_t g = 0; g < groups; ++g) {
+      if (scales) scales[g * kPanelColumns + j] = j < columns ? f16_to_float(params[2 * g]) : 0.0f;
+      mins[g * kPanelColumns + j] = j < columns ? f16_to_float(params[2 * g + 1]) : 0.0f;
+    }
+  }
 }
 
 void int8_quantize_rows_generic(const Int8GemmJob& job, const void* x, Storage x_storage, int64_t x_stride,
@@ -198,6 +202,9 @@ void int8_gemm_panels_generic(const Int8GemmJob& job, int64_t first_panel, int64
 }  // namespace detail
 
 bool gemm_int8_is_fast(Isa isa) { return kernels_for(isa).panels != int8_gemm_panels_generic; }
+bool gemm_int8_uses_vnni(Isa isa) {
+  return QVL_X86 && ((isa == Isa::Avx512 && cpu_features().avx512_vnni) || isa == Isa::Avx2Vnni);
+}
 // The aarch64 kernel has no int4 panels (it would need the offsets' epilogue).
 bool gemm_int4_is_fast(Isa isa) { return QVL_X86 && gemm_int8_is_fast(isa); }
 

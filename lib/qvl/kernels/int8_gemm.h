@@ -34,6 +34,9 @@ void gemm_int8(const Int8Matrix& w, const void* x, Storage x_storage, int64_t x_
 // one): where the int8 GEMM beats dequantizing to bf16 (docs/PERFORMANCE.md,
 // "int8 matmuls").
 bool gemm_int8_is_fast(Isa isa = active_isa());
+// Whether that kernel multiplies with VNNI's vpdpbusd (the avx512 tier on
+// CPUs with AVX512-VNNI, the avx2-vnni tier).
+bool gemm_int8_uses_vnni(Isa isa = active_isa());
 
 // The same product for 4-bit weights (quant4.h: w = u · scale + min per group
 // of 64): X quantized per row and group of 64 as above, each group's Σ u·xq

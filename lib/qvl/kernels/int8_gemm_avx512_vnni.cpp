@@ -58,28 +58,60 @@ inline void transpose16(__m512i (&v)[16]) {
   }
 }
 
-// Columns [n0, n0 + columns) of w as a panel (q + 128, 4 k at a time, the 32
-// columns side by side; 128 past the last column, i.e. weight 0) and their
-// scales, group by group (0 past the last column).
-void pack_panel(const Int8Matrix& w, int64_t n0, int64_t columns, uint8_t* panel, float* scales) {
-  const int64_t steps = w.padded_cols / 4;  // a multiple of 16
-  if (columns == kPanelColumns) {
-    // 16 rows × 64 bytes (16 steps) at a time, read sequentially and
-    // transposed in registers: measured ~4x faster than moving 4 bytes at a
-    // time (and than gathering), 5-9 % of a 512-row product before.
-    const __m512i flip = _mm512_set1_epi32(int32_t(0x80808080u));
-    for (int z = 0; z < Z; ++z)
-      for (int64_t s = 0; s < steps; s += 16) {
-        __m512i v[16];
-        for (int i = 0; i < 16; ++i) v[i] = _mm512_loadu_si512(w.weights + (n0 + 16 * z + i) * w.padded_cols + 4 * s);
-        transpose16(v);
-        for (int c = 0; c < 16; ++c)
-          _mm512_store_si512(panel + (s + c) * kPanelBytesPer4 + 64 * z, _mm512_xor_si512(v[c], flip));
-      }
-  } else {
-    pack_panel_portable(w, n0, columns, 0x80, panel);
+// 64 weights of row n from column k (a multiple of 64) as signed bytes: an
+// int8 matrix's own, or an int4 matrix's levels 0..15 (one group: its 32
+// bytes hold columns i and i + 32 in their low and high nibbles).
+struct Int8Rows {
+  const Int8Matrix& w;
+  __m512i load(int64_t n, int64_t k) const { return _mm512_loadu_si512(w.weights + n * w.padded_cols + k); }
+};
+struct Int4Rows {
+  const Int4Matrix& w;
+  __m512i load(int64_t n, int64_t k) const {
+    const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.levels + n * w.row_bytes() + k / 2));
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(bytes, low)),
+                              _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low), 1);
   }
-  pack_panel_scales(w, n0, columns, scales);
+};
+
+// Columns [n0, n0 + kPanelColumns) of `rows` as a panel (q + 128, 4 k at a
+// time, the 32 columns side by side): 16 rows × 64 bytes (16 steps) at a
+// time, read sequentially and transposed in registers: measured ~4x faster
+// than moving 4 bytes at a time (and than gathering), 5-9 % of a 512-row
+// product before.
+template <class Rows>
+void pack_full_panel(const Rows& rows, int64_t n0, int64_t steps, uint8_t* panel) {
+  const __m512i flip = _mm512_set1_epi32(int32_t(0x80808080u));
+  for (int z = 0; z < Z; ++z)
+    for (int64_t s = 0; s < steps; s += 16) {
+      __m512i v[16];
+      for (int i = 0; i < 16; ++i) v[i] = rows.load(n0 + 16 * z + i, 4 * s);
+      transpose16(v);
+      for (int c = 0; c < 16; ++c)
+        _mm512_store_si512(panel + (s + c) * kPanelBytesPer4 + 64 * z, _mm512_xor_si512(v[c], flip));
+    }
+}
+
+// Columns [n0, n0 + columns) of the job's weights as a panel (128 past the
+// last column, i.e. weight 0) and their scales, group by group (0 past the
+// last column), and an int4 job's offsets after them.
+void pack_panel(const Int8GemmJob& job, int64_t n0, int64_t columns, uint8_t* panel, float* scales) {
+  const Int8Matrix& w = *job.w;
+  const int64_t steps = w.padded_cols / 4;  // a multiple of 16
+  float* mins = scales + w.groups() * kPanelColumns;
+  if (columns == kPanelColumns && job.int4) {
+    pack_full_panel(Int4Rows{*job.int4}, n0, steps, panel);
+    pack_panel_int4_params(*job.int4, n0, columns, scales, mins);
+    return;
+  }
+  const PanelSource source = panel_source(job, n0, columns);
+  if (columns == kPanelColumns)
+    pack_full_panel(Int8Rows{*source.w}, source.n0, steps, panel);
+  else
+    pack_panel_portable(*source.w, source.n0, columns, 0x80, panel);
+  pack_panel_scales(*source.w, source.n0, columns, scales);
+  if (job.int4) pack_panel_int4_params(*job.int4, n0, columns, nullptr, mins);
 }
 
 inline __m512i broadcast4(const int8_t* p) {
@@ -222,14 +254,11 @@ void int8_gemm_panels_avx512_vnni(const Int8GemmJob& job, int64_t first_panel, i
   for (int64_t p = first_panel; p < end_panel; ++p) {
     const int64_t n0 = p * kPanelColumns, columns = panel_columns(w, p);
     if (columns <= 0) return;
-    const PanelSource source = panel_source(job, n0, columns);
-    pack_panel(*source.w, source.n0, columns, panel, scales);
-    if (job.int4) {
-      pack_panel_mins(*job.int4, n0, columns, scales + w.groups() * kPanelColumns);
+    pack_panel(job, n0, columns, panel, scales);
+    if (job.int4)
       panel_rows_to<true>(job, panel, scales, n0, columns);
-    } else {
+    else
       panel_rows_to<false>(job, panel, scales, n0, columns);
-    }
   }
 }
 

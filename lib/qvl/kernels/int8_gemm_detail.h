@@ -68,15 +68,17 @@ void pack_panel_scales(const Int8Matrix& w, int64_t n0, int64_t columns, float* 
 // own weights, or for an int4 job those columns' levels unpacked (one byte
 // each, 0..15) with their scales as floats, into the calling thread's
 // buffer, numbered from 0. So a tier packs an int4 panel with the code that
-// packs an int8 one; the unpacking costs about what the packing does.
+// packs an int8 one (the x86 tiers unpack full panels in registers instead,
+// which costs about half as much).
 struct PanelSource {
   const Int8Matrix* w;
   int64_t n0;  // the panel's first column in *w
 };
 PanelSource panel_source(const Int8GemmJob& job, int64_t n0, int64_t columns);
-// An int4 job's offsets (min) of columns [n0, n0 + columns), group by group
-// as pack_panel_scales lays out the scales (0 past the last column).
-void pack_panel_mins(const Int4Matrix& w, int64_t n0, int64_t columns, float* mins);
+// An int4 job's scales and offsets (min) of columns [n0, n0 + columns) as
+// floats, group by group as pack_panel_scales lays out the scales (0 past
+// the last column). `scales` may be null: the offsets only.
+void pack_panel_int4_params(const Int4Matrix& w, int64_t n0, int64_t columns, float* scales, float* mins);
 
 // The calling thread's buffer for one panel of w and its scales, 64-byte
 // aligned, kept for its next call. Throws qvl::Error when out of memory.

@@ -48,32 +48,67 @@ static inline void transpose8(__m256i (&v)[8]) {
   }
 }
 
-// Columns [n0, n0 + columns) of w as a panel (4 k at a time, the panel's
-// columns side by side, each byte q XOR flip; a column past the last one
-// holds weight 0, i.e. the byte `flip`) and their scales, group by group (0
-// past the last column). flip 0: signed q (vpmaddubsw's layout); flip 0x80:
-// q + 128 as an unsigned byte (vpdpbusd's).
-static inline void pack_panel(const Int8Matrix& w, int64_t n0, int64_t columns, uint8_t flip, uint8_t* panel,
-                              float* scales) {
-  const int64_t steps = w.padded_cols / 4;  // a multiple of 16
-  if (columns == kPanelColumns) {
-    // 8 rows × 32 bytes (8 steps) at a time, read sequentially and
-    // transposed in registers.
-    const __m256i flips = _mm256_set1_epi8(char(flip));
-    for (int z = 0; z < int(kPanelColumns / 8); ++z)
-      for (int64_t s = 0; s < steps; s += 8) {
-        __m256i v[8];
-        for (int i = 0; i < 8; ++i)
-          v[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.weights + (n0 + 8 * z + i) * w.padded_cols + 4 * s));
-        transpose8(v);
-        for (int c = 0; c < 8; ++c)
-          _mm256_store_si256(reinterpret_cast<__m256i*>(panel + (s + c) * kPanelBytesPer4 + 32 * z),
-                             _mm256_xor_si256(v[c], flips));
-      }
-  } else {
-    pack_panel_portable(w, n0, columns, flip, panel);
+namespace {  // (member functions of a named namespace's struct could be shared with another tier's copy)
+
+// 32 weights of row n from column k (a multiple of 32) as signed bytes: an
+// int8 matrix's own, or an int4 matrix's levels 0..15 (a 64-column group's
+// 32 bytes hold columns i and i + 32 in their low and high nibbles).
+struct Int8Rows {
+  const Int8Matrix& w;
+  __m256i load(int64_t n, int64_t k) const {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.weights + n * w.padded_cols + k));
   }
-  pack_panel_scales(w, n0, columns, scales);
+};
+struct Int4Rows {
+  const Int4Matrix& w;
+  __m256i load(int64_t n, int64_t k) const {
+    const __m256i bytes =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.levels + n * w.row_bytes() + k / 64 * 32));
+    const __m256i nibbles = k % 64 == 0 ? bytes : _mm256_srli_epi16(bytes, 4);
+    return _mm256_and_si256(nibbles, _mm256_set1_epi8(0x0f));
+  }
+};
+
+}  // namespace
+
+// Columns [n0, n0 + kPanelColumns) of `rows` as a panel (4 k at a time, the
+// panel's columns side by side, each byte q XOR flip): 8 rows × 32 bytes (8
+// steps) at a time, read sequentially and transposed in registers.
+template <class Rows>
+static inline void pack_full_panel(const Rows& rows, int64_t n0, int64_t steps, uint8_t flip, uint8_t* panel) {
+  const __m256i flips = _mm256_set1_epi8(char(flip));
+  for (int z = 0; z < int(kPanelColumns / 8); ++z)
+    for (int64_t s = 0; s < steps; s += 8) {
+      __m256i v[8];
+      for (int i = 0; i < 8; ++i) v[i] = rows.load(n0 + 8 * z + i, 4 * s);
+      transpose8(v);
+      for (int c = 0; c < 8; ++c)
+        _mm256_store_si256(reinterpret_cast<__m256i*>(panel + (s + c) * kPanelBytesPer4 + 32 * z),
+                           _mm256_xor_si256(v[c], flips));
+    }
+}
+
+// Columns [n0, n0 + columns) of the job's weights as a panel (a column past
+// the last one holds weight 0, i.e. the byte `flip`) and their scales, group
+// by group (0 past the last column), and an int4 job's offsets after them.
+// flip 0: signed q (vpmaddubsw's layout); flip 0x80: q + 128 as an unsigned
+// byte (vpdpbusd's).
+static inline void pack_panel(const Int8GemmJob& job, int64_t n0, int64_t columns, uint8_t flip, uint8_t* panel,
+                              float* scales) {
+  const int64_t steps = job.w->padded_cols / 4;  // a multiple of 16
+  float* mins = scales + job.w->groups() * kPanelColumns;
+  if (columns == kPanelColumns && job.int4) {
+    pack_full_panel(Int4Rows{*job.int4}, n0, steps, flip, panel);
+    pack_panel_int4_params(*job.int4, n0, columns, scales, mins);
+    return;
+  }
+  const PanelSource source = panel_source(job, n0, columns);
+  if (columns == kPanelColumns)
+    pack_full_panel(Int8Rows{*source.w}, source.n0, steps, flip, panel);
+  else
+    pack_panel_portable(*source.w, source.n0, columns, flip, panel);
+  pack_panel_scales(*source.w, source.n0, columns, scales);
+  if (job.int4) pack_panel_int4_params(*job.int4, n0, columns, nullptr, mins);
 }
 
 // 4 bytes of an X row in every 32-bit lane.
@@ -194,14 +229,11 @@ struct Kernel {
     for (int64_t p = first_panel; p < end_panel; ++p) {
       const int64_t n0 = p * kPanelColumns, columns = panel_columns(w, p);
       if (columns <= 0) return;
-      const PanelSource source = panel_source(job, n0, columns);
-      pack_panel(*source.w, source.n0, columns, Dot::kFlip, panel, scales);
-      if (job.int4) {
-        pack_panel_mins(*job.int4, n0, columns, scales + w.groups() * kPanelColumns);
+      pack_panel(job, n0, columns, Dot::kFlip, panel, scales);
+      if (job.int4)
         panel_rows_to<true>(job, panel, scales, n0, columns);
-      } else {
+      else
         panel_rows_to<false>(job, panel, scales, n0, columns);
-      }
     }
   }
 };

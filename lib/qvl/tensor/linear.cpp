@@ -208,7 +208,9 @@ bool has_fast_gemm(const Int8Matrix&) { return kernels::gemm_int8_is_fast(); }
 bool has_fast_gemm(const Int4Matrix&) { return kernels::gemm_int4_is_fast(); }
 // A prompt's rows up to which the GEMV beats that GEMM (linear.h).
 int64_t gemv_max_rows_before_gemm(const Int8Matrix&) { return kInt8GemvMaxRowsBeforeGemm; }
-int64_t gemv_max_rows_before_gemm(const Int4Matrix&) { return kInt4GemvMaxRowsBeforeGemm; }
+int64_t gemv_max_rows_before_gemm(const Int4Matrix&) {
+  return kernels::gemm_int8_uses_vnni() ? kInt4GemvMaxRowsBeforeVnniGemm : kInt4GemvMaxRowsBeforeGemm;
+}
 template <class Matrix>
 bool gemm_into_if_fast(at::Tensor& out, const at::Tensor& x, const Matrix& w, const at::Tensor& bias) {
   if (!has_fast_gemm(w)) return false;

@@ -50,13 +50,15 @@ constexpr int64_t kInt8GemvMaxRows = kernels::kMaxVectors;
 // threads), GEMV against GEMM: avx512-vnni 60 vs 63 ms at 5 rows, 65 vs 68 at
 // 6, 110 vs 81 at 8, 206 vs 102 at 16; avx2 102 vs 127 at 5, 159 vs 139 at 6.
 constexpr int64_t kInt8GemvMaxRowsBeforeGemm = 5;
-// The same for int4 weights (kernels::gemm_int4, where the tier has it). Its
-// GEMM unpacks every level to a byte first, a fixed cost the GEMV does not
-// pay, so the GEMV keeps more rows. Same bench ("int4 group 64"), GEMV against
-// GEMM: avx512-vnni 61 vs 130 ms at 4 rows, 98 vs 146 at 8, 173 vs 170 at 16,
-// 298 vs 219 at 32; avx2 124 vs 218 at 8, 273 vs 339 at 16, 561 vs 510 at 32;
-// avx2-vnni (whose GEMV is avx2's) 124 vs 172 at 8, 273 vs 220 at 16.
-constexpr int64_t kInt4GemvMaxRowsBeforeGemm = 16;
+// The same for int4 weights (kernels::gemm_int4, where the tier has it): its
+// GEMM unpacks the levels as it packs each panel, a cost per weight the
+// GEMV's work per row needs a few more rows to outgrow, and more without
+// VNNI (avx2's vpmaddubsw takes four instructions for one vpdpbusd). Same
+// bench ("int4 group 64"), GEMV against GEMM: avx512-vnni 99 vs 110 ms at 8
+// rows, 174 vs 143 at 16; avx2-vnni (whose GEMV is avx2's) 128 vs 140 at 8,
+// 256 vs 205 at 16; avx2 256 vs 301 at 16, 561 vs ~470 at 32.
+constexpr int64_t kInt4GemvMaxRowsBeforeVnniGemm = 10;
+constexpr int64_t kInt4GemvMaxRowsBeforeGemm = 24;
 
 // x [L, in], weight [out, in], bias [out] or undefined, out [L, out] (contiguous).
 void linear_into(at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
@@ -77,8 +79,8 @@ void matmul_into(at::Tensor& out, const at::Tensor& a, const at::Tensor& b);
 // the weight dequantized to x's dtype, a block of weight rows at a time, in
 // `scratch`: grown when needed and kept by the caller for reuse, so no dense
 // copy of the weights outlives the call's working set. Int4 weights the same
-// way, with gemv_int4 up to kInt4GemvMaxRowsBeforeGemm rows of a prompt where
-// the int4 GEMM is fast (x86), else kInt8GemvMaxRows.
+// way, with gemv_int4 up to kInt4GemvMaxRowsBefore(Vnni)Gemm rows of a prompt
+// where the int4 GEMM is fast (x86), else kInt8GemvMaxRows.
 // What x's rows are, where the route may differ: a prompt's tokens (of one
 // sequence), or one token of each of several sequences (a batched decode
 // step). The latter stay on the GEMV up to kInt8GemvMaxRows, as one sequence
