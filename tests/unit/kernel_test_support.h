@@ -1,8 +1,10 @@
 // What the torch-free kernel tests share: random data, the CPU tiers, thread
 // counts and float64 references computed here, independent of the kernels.
 #pragma once
+#include <doctest/doctest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -56,5 +58,34 @@ struct ThreadCount {
   ~ThreadCount() { omp_set_num_threads(saved); }
   int saved;
 };
+
+// For a GEMM of `rows` rows of `in` floats into rows of `out` floats, called
+// as gemm(x, x_stride, y, y_stride) (float32 in and out), whose result for
+// the dense x is y: rows further apart than their width, in and out, give
+// the same outputs and leave the gaps untouched; one thread or two give y's
+// bits (each output is computed whole by one thread).
+template <class Gemm>
+void check_strides_and_threads(int64_t rows, int64_t in, int64_t out, const std::vector<float>& x,
+                               const std::vector<float>& y, Gemm gemm) {
+  const int64_t x_stride = in + 5, y_stride = out + 3;
+  std::vector<float> x_wide(size_t(rows * x_stride), 1e30f), y_wide(size_t(rows * y_stride), 42.0f);
+  for (int64_t m = 0; m < rows; ++m)
+    std::copy(x.begin() + m * in, x.begin() + (m + 1) * in, x_wide.begin() + m * x_stride);
+  gemm(x_wide.data(), x_stride, y_wide.data(), y_stride);
+  bool same = true, gaps = true;
+  for (int64_t m = 0; m < rows; ++m) {
+    for (int64_t n = 0; n < out; ++n) same &= y_wide[size_t(m * y_stride + n)] == y[size_t(m * out + n)];
+    for (int64_t n = out; n < y_stride; ++n) gaps &= y_wide[size_t(m * y_stride + n)] == 42.0f;
+  }
+  CHECK(same);
+  CHECK(gaps);
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    ThreadCount t(threads);
+    std::vector<float> again(y.size(), -1.0f);
+    gemm(x.data(), in, again.data(), out);
+    CHECK(std::memcmp(again.data(), y.data(), y.size() * sizeof(float)) == 0);
+  }
+}
 
 }  // namespace qvl::test

@@ -138,7 +138,8 @@ PanelSource panel_source(const Int8GemmJob& job, int64_t n0, int64_t columns) {
         out[g * kInt4GroupSize + i] = int8_t(byte & 0x0f);
         out[g * kInt4GroupSize + half + i] = int8_t(byte >> 4);
       }
-    for (int64_t g = 0; g < groups; ++g) scales[size_t(j * groups + g)] = f16_to_float(w.params[((n0 + j) * groups + g) * 2]);
+    for (int64_t g = 0; g < groups; ++g)
+      scales[size_t(j * groups + g)] = f16_to_float(w.params[((n0 + j) * groups + g) * 2]);
   }
   unpacked = Int8Matrix{levels.data(), scales.data(), columns, w.cols, w.padded_cols, kInt4GroupSize};
   return {&unpacked, 0};
@@ -225,8 +226,8 @@ void run_gemm(const char* name, const Int8Matrix& w, const Int4Matrix* int4, con
   x_q_buffer.resize(size_t(rows * w.padded_cols));
   x_scales_buffer.resize(size_t(rows * groups));
   x_bias_buffer.resize(size_t(rows * groups));
-  Int8GemmJob job{&w, rows, x_q_buffer.data(), x_scales_buffer.data(), x_bias_buffer.data(), y, y_storage, y_stride, bias,
-                  int4};
+  Int8GemmJob job{&w, rows, x_q_buffer.data(), x_scales_buffer.data(), x_bias_buffer.data(),
+                  y,  y_storage, y_stride, bias, int4};
   TierKernels kernels = kernels_for(isa);
   if (int4 && !gemm_int4_is_fast(isa)) kernels.panels = int8_gemm_panels_generic;
   parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, w.cols)),
