@@ -148,10 +148,10 @@ PanelSource panel_source(const Int8GemmJob& job, int64_t n0, int64_t columns) {
 void pack_panel_int4_params(const Int4Matrix& w, int64_t n0, int64_t columns, float* scales, float* mins) {
   const int64_t groups = w.groups();
   for (int64_t j = 0; j < kPanelColumns; ++j) {
-    const uint16_t* params = w.params + (n0 + j) * groups * 2;
+    const uint16_t* params = j < columns ? w.params + (n0 + j) * groups * 2 : nullptr;  // {scale, min} per group
     for (int64_t g = 0; g < groups; ++g) {
-      if (scales) scales[g * kPanelColumns + j] = j < columns ? f16_to_float(params[2 * g]) : 0.0f;
-      mins[g * kPanelColumns + j] = j < columns ? f16_to_float(params[2 * g + 1]) : 0.0f;
+      if (scales) scales[g * kPanelColumns + j] = params ? f16_to_float(params[2 * g]) : 0.0f;
+      mins[g * kPanelColumns + j] = params ? f16_to_float(params[2 * g + 1]) : 0.0f;
     }
   }
 }
