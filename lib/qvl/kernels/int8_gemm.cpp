@@ -206,8 +206,7 @@ bool gemm_int8_is_fast(Isa isa) { return kernels_for(isa).panels != int8_gemm_pa
 bool gemm_int8_uses_vnni(Isa isa) {
   return QVL_X86 && ((isa == Isa::Avx512 && cpu_features().avx512_vnni) || isa == Isa::Avx2Vnni);
 }
-// The aarch64 kernel has no int4 panels (it would need the offsets' epilogue).
-bool gemm_int4_is_fast(Isa isa) { return QVL_X86 && gemm_int8_is_fast(isa); }
+bool gemm_int4_is_fast(Isa isa) { return gemm_int8_is_fast(isa); }
 
 namespace {
 
@@ -228,8 +227,7 @@ void run_gemm(const char* name, const Int8Matrix& w, const Int4Matrix* int4, con
   x_bias_buffer.resize(size_t(rows * groups));
   Int8GemmJob job{&w, rows, x_q_buffer.data(), x_scales_buffer.data(), x_bias_buffer.data(),
                   y,  y_storage, y_stride, bias, int4};
-  TierKernels kernels = kernels_for(isa);
-  if (int4 && !gemm_int4_is_fast(isa)) kernels.panels = int8_gemm_panels_generic;
+  const TierKernels kernels = kernels_for(isa);
   parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, w.cols)),
                [&](int64_t begin, int64_t end) { kernels.quantize(job, x, x_storage, x_stride, begin, end); });
 

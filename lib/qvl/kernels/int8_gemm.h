@@ -42,9 +42,10 @@ bool gemm_int8_uses_vnni(Isa isa = active_isa());
 // of 64): X quantized per row and group of 64 as above, each group's Σ u·xq
 // an exact integer, and the offset's share min · x_scale · Σ xq added to the
 // float sum after it (Σ u·x·scale + min·Σ x, with x as quantized). The
-// levels are unpacked a panel at a time, never the whole matrix. The x86
-// tiers give the same bits; on others the portable kernel runs
-// (gemm_int4_is_fast says where it pays). Throws as gemm_int8 does.
+// levels are unpacked a panel at a time, never the whole matrix. Every tier
+// runs the kernel gemm_int8 runs; the x86 tiers give the same bits
+// (gemm_int4_is_fast: where that is not the portable one). Throws as
+// gemm_int8 does.
 void gemm_int4(const Int4Matrix& w, const void* x, Storage x_storage, int64_t x_stride, int64_t rows, void* y,
                Storage y_storage, int64_t y_stride, const float* bias = nullptr, Isa isa = active_isa());
 bool gemm_int4_is_fast(Isa isa = active_isa());

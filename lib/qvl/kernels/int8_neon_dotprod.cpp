@@ -14,8 +14,9 @@
 //
 // A tile is 4 rows × 16 columns: 16 accumulators, 4 weight registers and 4
 // registers of X (24 of the 32). The float epilogue is the x86 kernels'
-// (total = dot · (w_scale · x_scale) + total, fused), in a small array
-// touched once per group.
+// (total = dot · (w_scale · x_scale) + total, fused; for int4 weights then
+// + min · (x_scale · Σ xq), fused), in a small array touched once per group.
+// Int4 levels are unpacked a panel at a time into a buffer (panel_source).
 //
 // The int8 attention scores (attention_detail.h, score_int8_*) on the
 // portable kernel's tile of 8 queries: per step of 4 dims the tile is two
@@ -48,8 +49,9 @@ inline void step(int32x4_t (&dot)[R][kTileRegisters], const int8_t* p, const int
 }
 
 // Rows [m0, m0 + R) × the tile of columns [c0, c0 + 16) of the panel (n0 the
-// panel's first column; `columns` of the tile are real).
-template <int R, class Out>
+// panel's first column; `columns` of the tile are real). kOffsets: an int4
+// job (int8_gemm_detail.h), whose mins follow the scales.
+template <int R, class Out, bool kOffsets>
 void tile(const Int8GemmJob& job, const uint8_t* panel, const float* scales, int64_t m0, int64_t n0, int64_t c0,
           int64_t columns) {
   constexpr int Z = kTileRegisters;
@@ -76,10 +78,16 @@ void tile(const Int8GemmJob& job, const uint8_t* panel, const float* scales, int
     float32x4_t ws[Z];
     for (int z = 0; z < Z; ++z) ws[z] = vld1q_f32(scales + g * kPanelColumns + c0 + 4 * z);
     for (int r = 0; r < R; ++r) {
-      const float32x4_t x_scale = vdupq_n_f32(job.x_scales[(m0 + r) * groups + g]);
-      for (int z = 0; z < Z; ++z)
-        vst1q_f32(&total[r][4 * z],
-                  vfmaq_f32(vld1q_f32(&total[r][4 * z]), vcvtq_f32_s32(dot[r][z]), vmulq_f32(ws[z], x_scale)));
+      const float x_scale_value = job.x_scales[(m0 + r) * groups + g];
+      const float32x4_t x_scale = vdupq_n_f32(x_scale_value);
+      for (int z = 0; z < Z; ++z) {
+        float32x4_t sum = vfmaq_f32(vld1q_f32(&total[r][4 * z]), vcvtq_f32_s32(dot[r][z]), vmulq_f32(ws[z], x_scale));
+        if constexpr (kOffsets) {
+          const float32x4_t offset = vdupq_n_f32(x_scale_value * float(job.x_bias[(m0 + r) * groups + g] / 128));
+          sum = vfmaq_f32(sum, vld1q_f32(scales + (groups + g) * kPanelColumns + c0 + 4 * z), offset);
+        }
+        vst1q_f32(&total[r][4 * z], sum);
+      }
     }
   }
   const int64_t real = columns < kTileColumns ? columns : kTileColumns;
@@ -96,21 +104,29 @@ void tile(const Int8GemmJob& job, const uint8_t* panel, const float* scales, int
   }
 }
 
-template <class Out>
+template <class Out, bool kOffsets>
 void panel_rows(const Int8GemmJob& job, const uint8_t* panel, const float* scales, int64_t n0, int64_t columns) {
   for (int64_t c0 = 0; c0 < columns; c0 += kTileColumns) {
     const int64_t tile_columns = columns - c0;
     int64_t m = 0;
-    for (; m + kTileRows <= job.rows; m += kTileRows) tile<kTileRows, Out>(job, panel, scales, m, n0, c0, tile_columns);
+    for (; m + kTileRows <= job.rows; m += kTileRows) tile<kTileRows, Out, kOffsets>(job, panel, scales, m, n0, c0, tile_columns);
     switch (job.rows - m) {
-      case 3: tile<3, Out>(job, panel, scales, m, n0, c0, tile_columns); break;
-      case 2: tile<2, Out>(job, panel, scales, m, n0, c0, tile_columns); break;
-      case 1: tile<1, Out>(job, panel, scales, m, n0, c0, tile_columns); break;
+      case 3: tile<3, Out, kOffsets>(job, panel, scales, m, n0, c0, tile_columns); break;
+      case 2: tile<2, Out, kOffsets>(job, panel, scales, m, n0, c0, tile_columns); break;
+      case 1: tile<1, Out, kOffsets>(job, panel, scales, m, n0, c0, tile_columns); break;
       default: break;
     }
   }
 }
 static_assert(kTileRows == 4, "one tail case per row count below kTileRows");
+
+template <bool kOffsets>
+void panel_rows_to(const Int8GemmJob& job, const uint8_t* panel, const float* scales, int64_t n0, int64_t columns) {
+  if (job.y_storage == Storage::F32)
+    panel_rows<float, kOffsets>(job, panel, scales, n0, columns);
+  else
+    panel_rows<uint16_t, kOffsets>(job, panel, scales, n0, columns);
+}
 
 constexpr int kScoreTile = 8, kKeyTile = 4;  // the portable kernel's tile (attention.cpp)
 
@@ -148,12 +164,15 @@ void int8_gemm_panels_neon_dotprod(const Int8GemmJob& job, int64_t first_panel, 
   for (int64_t p = first_panel; p < end_panel; ++p) {
     const int64_t n0 = p * kPanelColumns, columns = panel_columns(w, p);
     if (columns <= 0) return;
-    pack_panel_portable(w, n0, columns, 0, panel);
-    pack_panel_scales(w, n0, columns, scales);
-    if (job.y_storage == Storage::F32)
-      panel_rows<float>(job, panel, scales, n0, columns);
-    else
-      panel_rows<uint16_t>(job, panel, scales, n0, columns);
+    const PanelSource source = panel_source(job, n0, columns);  // an int4 job's levels, unpacked
+    pack_panel_portable(*source.w, source.n0, columns, 0, panel);
+    pack_panel_scales(*source.w, source.n0, columns, scales);
+    if (job.int4) {
+      pack_panel_int4_params(*job.int4, n0, columns, nullptr, scales + w.groups() * kPanelColumns);
+      panel_rows_to<true>(job, panel, scales, n0, columns);
+    } else {
+      panel_rows_to<false>(job, panel, scales, n0, columns);
+    }
   }
 }
 

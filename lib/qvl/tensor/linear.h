@@ -57,6 +57,8 @@ constexpr int64_t kInt8GemvMaxRowsBeforeGemm = 5;
 // bench ("int4 group 64"), GEMV against GEMM: avx512-vnni 99 vs 110 ms at 8
 // rows, 174 vs 143 at 16; avx2-vnni (whose GEMV is avx2's) 128 vs 140 at 8,
 // 256 vs 205 at 16; avx2 256 vs 301 at 16, 561 vs ~470 at 32.
+// (The neon tier's sdot GEMM takes the second, unmeasured: its GEMV and GEMM
+// have not been timed against each other on an ARM CPU.)
 constexpr int64_t kInt4GemvMaxRowsBeforeVnniGemm = 10;
 constexpr int64_t kInt4GemvMaxRowsBeforeGemm = 24;
 
@@ -80,7 +82,8 @@ void matmul_into(at::Tensor& out, const at::Tensor& a, const at::Tensor& b);
 // `scratch`: grown when needed and kept by the caller for reuse, so no dense
 // copy of the weights outlives the call's working set. Int4 weights the same
 // way, with gemv_int4 up to kInt4GemvMaxRowsBefore(Vnni)Gemm rows of a prompt
-// where the int4 GEMM is fast (x86), else kInt8GemvMaxRows.
+// where the int4 GEMM is fast (x86, and aarch64 with the dot product), else
+// kInt8GemvMaxRows.
 // What x's rows are, where the route may differ: a prompt's tokens (of one
 // sequence), or one token of each of several sequences (a batched decode
 // step). The latter stay on the GEMV up to kInt8GemvMaxRows, as one sequence
