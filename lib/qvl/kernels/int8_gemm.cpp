@@ -99,26 +99,16 @@ PanelScratch int8_gemm_panel_scratch(const Int8Matrix& w) {
   return {buffer.get(), reinterpret_cast<float*>(buffer.get() + panel_bytes)};
 }
 
-void pack_panel_portable(const Int8Matrix& w, int64_t n0, int64_t columns, uint8_t flip, uint8_t* panel) {
-  const int64_t steps = w.padded_cols / 4;
-  const uint32_t flip4 = uint32_t(flip) * 0x01010101u;
-  for (int64_t j = 0; j < kPanelColumns; ++j) {
-    uint32_t* out = reinterpret_cast<uint32_t*>(panel) + j;
-    for (int64_t s = 0; s < steps; ++s) {
-      uint32_t four = 0;
-      if (j < columns) std::memcpy(&four, w.weights + (n0 + j) * w.padded_cols + 4 * s, 4);
-      out[s * kPanelColumns] = four ^ flip4;
-    }
-  }
-}
+namespace {
 
-void pack_panel_scales(const Int8Matrix& w, int64_t n0, int64_t columns, float* scales) {
-  const int64_t groups = w.groups();
-  for (int64_t g = 0; g < groups; ++g)
-    for (int64_t j = 0; j < kPanelColumns; ++j)
-      scales[g * kPanelColumns + j] = j < columns ? w.scales[(n0 + j) * groups + g] : 0.0f;
-}
-
+// The int8 rows a panel of columns [n0, n0 + columns) reads: the job's own
+// weights, or for an int4 job those columns' levels unpacked (one byte each,
+// 0..15) with their scales as floats, into the calling thread's buffer,
+// numbered from 0.
+struct PanelSource {
+  const Int8Matrix* w;
+  int64_t n0;  // the panel's first column in *w
+};
 PanelSource panel_source(const Int8GemmJob& job, int64_t n0, int64_t columns) {
   if (!job.int4) return {job.w, n0};
   const Int4Matrix& w = *job.int4;
@@ -145,13 +135,35 @@ PanelSource panel_source(const Int8GemmJob& job, int64_t n0, int64_t columns) {
   return {&unpacked, 0};
 }
 
-void pack_panel_int4_params(const Int4Matrix& w, int64_t n0, int64_t columns, float* scales, float* mins) {
-  const int64_t groups = w.groups();
+}  // namespace
+
+void pack_panel_portable(const Int8GemmJob& job, int64_t n0, int64_t columns, uint8_t flip, uint8_t* panel) {
+  const auto [w, first] = panel_source(job, n0, columns);
+  const int64_t steps = w->padded_cols / 4;
+  const uint32_t flip4 = uint32_t(flip) * 0x01010101u;
   for (int64_t j = 0; j < kPanelColumns; ++j) {
-    const uint16_t* params = j < columns ? w.params + (n0 + j) * groups * 2 : nullptr;  // {scale, min} per group
-    for (int64_t g = 0; g < groups; ++g) {
-      if (scales) scales[g * kPanelColumns + j] = params ? f16_to_float(params[2 * g]) : 0.0f;
-      mins[g * kPanelColumns + j] = params ? f16_to_float(params[2 * g + 1]) : 0.0f;
+    uint32_t* out = reinterpret_cast<uint32_t*>(panel) + j;
+    for (int64_t s = 0; s < steps; ++s) {
+      uint32_t four = 0;
+      if (j < columns) std::memcpy(&four, w->weights + (first + j) * w->padded_cols + 4 * s, 4);
+      out[s * kPanelColumns] = four ^ flip4;
+    }
+  }
+}
+
+void pack_panel_scales(const Int8GemmJob& job, int64_t n0, int64_t columns, float* scales) {
+  const int64_t groups = job.w->groups();
+  for (int64_t j = 0; j < kPanelColumns; ++j) {
+    if (job.int4) {
+      // {scale, min} per group as float16; the mins after the scales.
+      const uint16_t* params = j < columns ? job.int4->params + (n0 + j) * groups * 2 : nullptr;
+      for (int64_t g = 0; g < groups; ++g) {
+        scales[g * kPanelColumns + j] = params ? f16_to_float(params[2 * g]) : 0.0f;
+        scales[(groups + g) * kPanelColumns + j] = params ? f16_to_float(params[2 * g + 1]) : 0.0f;
+      }
+    } else {
+      for (int64_t g = 0; g < groups; ++g)
+        scales[g * kPanelColumns + j] = j < columns ? job.w->scales[(n0 + j) * groups + g] : 0.0f;
     }
   }
 }
@@ -204,7 +216,14 @@ void int8_gemm_panels_generic(const Int8GemmJob& job, int64_t first_panel, int64
 
 bool gemm_int8_is_fast(Isa isa) { return kernels_for(isa).panels != int8_gemm_panels_generic; }
 bool gemm_int8_uses_vnni(Isa isa) {
-  return QVL_X86 && ((isa == Isa::Avx512 && cpu_features().avx512_vnni) || isa == Isa::Avx2Vnni);
+#if QVL_X86
+  const Int8GemmPanels panels = kernels_for(isa).panels;
+  return panels == int8_gemm_panels_avx512_vnni || panels == int8_gemm_panels_avx_vnni ||
+         panels == int8_gemm_panels_avx_vnni_evex;
+#else
+  (void)isa;
+  return false;
+#endif
 }
 bool gemm_int4_is_fast(Isa isa) { return gemm_int8_is_fast(isa); }
 

@@ -94,24 +94,16 @@ void pack_full_panel(const Rows& rows, int64_t n0, int64_t steps, uint8_t* panel
 }
 
 // Columns [n0, n0 + columns) of the job's weights as a panel (128 past the
-// last column, i.e. weight 0) and their scales, group by group (0 past the
-// last column), and an int4 job's offsets after them.
+// last column, i.e. weight 0) and their scales (int8_gemm_detail.h).
 void pack_panel(const Int8GemmJob& job, int64_t n0, int64_t columns, uint8_t* panel, float* scales) {
-  const Int8Matrix& w = *job.w;
-  const int64_t steps = w.padded_cols / 4;  // a multiple of 16
-  float* mins = scales + w.groups() * kPanelColumns;
-  if (columns == kPanelColumns && job.int4) {
+  const int64_t steps = job.w->padded_cols / 4;  // a multiple of 16
+  if (columns < kPanelColumns)
+    pack_panel_portable(job, n0, columns, 0x80, panel);
+  else if (job.int4)
     pack_full_panel(Int4Rows{*job.int4}, n0, steps, panel);
-    pack_panel_int4_params(*job.int4, n0, columns, scales, mins);
-    return;
-  }
-  const PanelSource source = panel_source(job, n0, columns);
-  if (columns == kPanelColumns)
-    pack_full_panel(Int8Rows{*source.w}, source.n0, steps, panel);
   else
-    pack_panel_portable(*source.w, source.n0, columns, 0x80, panel);
-  pack_panel_scales(*source.w, source.n0, columns, scales);
-  if (job.int4) pack_panel_int4_params(*job.int4, n0, columns, nullptr, mins);
+    pack_full_panel(Int8Rows{*job.w}, n0, steps, panel);
+  pack_panel_scales(job, n0, columns, scales);
 }
 
 inline __m512i broadcast4(const int8_t* p) {

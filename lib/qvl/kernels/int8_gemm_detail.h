@@ -38,7 +38,7 @@ struct Int8GemmJob {
   const float* bias;       // w->rows values added to the sums before rounding, or null
   // gemm_int4: the weights are these 4-bit levels u with w = u · scale + min
   // (quant4.h), and *w gives only the shape (no weights or scales). A panel
-  // packs the levels as the bytes q = u (panel_source), and each group adds
+  // packs the levels as the bytes q = u, and each group adds
   // min · x_scale · Σ xq to the float sum after its dot product (the offset's
   // share, Σ xq being x_bias / 128 on every tier).
   const Int4Matrix* int4 = nullptr;
@@ -57,28 +57,14 @@ void int8_quantize_rows_avx512_vnni(const Int8GemmJob& job, const void* x, Stora
 void int8_quantize_rows_avx2(const Int8GemmJob& job, const void* x, Storage x_storage, int64_t x_stride,
                              int64_t begin, int64_t end);
 
-// Packing a panel, portably: its bytes 4 at a time, each byte q XOR flip (a
-// column past the last is weight 0, i.e. the byte `flip`; the x86 tiers use
-// this for partial panels and transpose full ones in registers), and its
-// scales group by group (0 past the last column).
-void pack_panel_portable(const Int8Matrix& w, int64_t n0, int64_t columns, uint8_t flip, uint8_t* panel);
-void pack_panel_scales(const Int8Matrix& w, int64_t n0, int64_t columns, float* scales);
-
-// The int8 rows a panel of columns [n0, n0 + columns) packs from: the job's
-// own weights, or for an int4 job those columns' levels unpacked (one byte
-// each, 0..15) with their scales as floats, into the calling thread's
-// buffer, numbered from 0. So a tier packs an int4 panel with the code that
-// packs an int8 one (the x86 tiers unpack full panels in registers instead,
-// which costs about half as much).
-struct PanelSource {
-  const Int8Matrix* w;
-  int64_t n0;  // the panel's first column in *w
-};
-PanelSource panel_source(const Int8GemmJob& job, int64_t n0, int64_t columns);
-// An int4 job's scales and offsets (min) of columns [n0, n0 + columns) as
-// floats, group by group as pack_panel_scales lays out the scales (0 past
-// the last column). `scales` may be null: the offsets only.
-void pack_panel_int4_params(const Int4Matrix& w, int64_t n0, int64_t columns, float* scales, float* mins);
+// Packing a panel of the job's weights, portably: its bytes 4 at a time,
+// each byte q XOR flip (a column past the last is weight 0, i.e. the byte
+// `flip`; the x86 tiers use this for partial panels and transpose full ones
+// in registers); an int4 job's levels are unpacked to bytes first, into the
+// calling thread's buffer. And its scales group by group (0 past the last
+// column), followed for an int4 job by its offsets (mins) laid out alike.
+void pack_panel_portable(const Int8GemmJob& job, int64_t n0, int64_t columns, uint8_t flip, uint8_t* panel);
+void pack_panel_scales(const Int8GemmJob& job, int64_t n0, int64_t columns, float* scales);
 
 // The calling thread's buffer for one panel of w and its scales, 64-byte
 // aligned, kept for its next call. Throws qvl::Error when out of memory.

@@ -89,26 +89,19 @@ static inline void pack_full_panel(const Rows& rows, int64_t n0, int64_t steps, 
 }
 
 // Columns [n0, n0 + columns) of the job's weights as a panel (a column past
-// the last one holds weight 0, i.e. the byte `flip`) and their scales, group
-// by group (0 past the last column), and an int4 job's offsets after them.
-// flip 0: signed q (vpmaddubsw's layout); flip 0x80: q + 128 as an unsigned
-// byte (vpdpbusd's).
+// the last one holds weight 0, i.e. the byte `flip`) and their scales
+// (int8_gemm_detail.h). flip 0: signed q (vpmaddubsw's layout); flip 0x80:
+// q + 128 as an unsigned byte (vpdpbusd's).
 static inline void pack_panel(const Int8GemmJob& job, int64_t n0, int64_t columns, uint8_t flip, uint8_t* panel,
                               float* scales) {
   const int64_t steps = job.w->padded_cols / 4;  // a multiple of 16
-  float* mins = scales + job.w->groups() * kPanelColumns;
-  if (columns == kPanelColumns && job.int4) {
+  if (columns < kPanelColumns)
+    pack_panel_portable(job, n0, columns, flip, panel);
+  else if (job.int4)
     pack_full_panel(Int4Rows{*job.int4}, n0, steps, flip, panel);
-    pack_panel_int4_params(*job.int4, n0, columns, scales, mins);
-    return;
-  }
-  const PanelSource source = panel_source(job, n0, columns);
-  if (columns == kPanelColumns)
-    pack_full_panel(Int8Rows{*source.w}, source.n0, steps, flip, panel);
   else
-    pack_panel_portable(*source.w, source.n0, columns, flip, panel);
-  pack_panel_scales(*source.w, source.n0, columns, scales);
-  if (job.int4) pack_panel_int4_params(*job.int4, n0, columns, nullptr, mins);
+    pack_full_panel(Int8Rows{*job.w}, n0, steps, flip, panel);
+  pack_panel_scales(job, n0, columns, scales);
 }
 
 // 4 bytes of an X row in every 32-bit lane.

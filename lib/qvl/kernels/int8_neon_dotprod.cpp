@@ -16,7 +16,7 @@
 // registers of X (24 of the 32). The float epilogue is the x86 kernels'
 // (total = dot · (w_scale · x_scale) + total, fused; for int4 weights then
 // + min · (x_scale · Σ xq), fused), in a small array touched once per group.
-// Int4 levels are unpacked a panel at a time into a buffer (panel_source).
+// Int4 levels are unpacked a panel at a time into a buffer (pack_panel_portable).
 //
 // The int8 attention scores (attention_detail.h, score_int8_*) on the
 // portable kernel's tile of 8 queries: per step of 4 dims the tile is two
@@ -164,15 +164,12 @@ void int8_gemm_panels_neon_dotprod(const Int8GemmJob& job, int64_t first_panel, 
   for (int64_t p = first_panel; p < end_panel; ++p) {
     const int64_t n0 = p * kPanelColumns, columns = panel_columns(w, p);
     if (columns <= 0) return;
-    const PanelSource source = panel_source(job, n0, columns);  // an int4 job's levels, unpacked
-    pack_panel_portable(*source.w, source.n0, columns, 0, panel);
-    pack_panel_scales(*source.w, source.n0, columns, scales);
-    if (job.int4) {
-      pack_panel_int4_params(*job.int4, n0, columns, nullptr, scales + w.groups() * kPanelColumns);
+    pack_panel_portable(job, n0, columns, 0, panel);
+    pack_panel_scales(job, n0, columns, scales);
+    if (job.int4)
       panel_rows_to<true>(job, panel, scales, n0, columns);
-    } else {
+    else
       panel_rows_to<false>(job, panel, scales, n0, columns);
-    }
   }
 }
 
