@@ -16,6 +16,7 @@
 //
 //   qvl_bench_int8_gemm [repetitions=5] [rows=512] [threads=2] [route,route...]
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // NoGradGuard: ATen.h stopped bringing it in libtorch 2.x
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <fmt/core.h>

@@ -12,6 +12,7 @@
 //   qvl_bench_vision MODEL_DIR [patch_rows=30] [patch_cols=40] [repetitions=3] [threads=all cores]
 //                    [query_chunk=VisionBlocks' default]
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // NoGradGuard: ATen.h stopped bringing it in libtorch 2.x
 #include <ATen/Parallel.h>
 #include <fmt/core.h>
 

@@ -3,6 +3,7 @@
 #include "qvl/session/session.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // NoGradGuard: ATen.h stopped bringing it in libtorch 2.x
 
 #include <fmt/core.h>
 

@@ -1,6 +1,7 @@
 // Session::ask_batch: independent one-turn requests answered together, each
 // in its own KV cache, decoded in lockstep so every weight read serves all.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // NoGradGuard: ATen.h stopped bringing it in libtorch 2.x
 
 #include <memory>
 #include <utility>

@@ -1,6 +1,7 @@
 #include "qvl/tensor/gemm_probe.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>  // NoGradGuard: ATen.h stopped bringing it in libtorch 2.x
 
 #include <algorithm>
 #include <chrono>

@@ -1,5 +1,6 @@
 #include "qvl/tensor/linear.h"
 
+#include <ATen/core/grad_mode.h>  // NoGradGuard: ATen.h stopped bringing it in libtorch 2.x
 #include <fmt/core.h>
 
 #include <algorithm>
