@@ -13,13 +13,16 @@
 // Float32 runs wait passively (OpenBLAS's own threads need the cores:
 // prefill 7.7 tok/s spinning vs 14-18 passive).
 //
-// libgomp reads its settings with getenv() in its constructor, which runs
-// before main() and before anything qvl's own code could setenv() (glibc
-// resets environ after the executable's .preinit_array runs). So qvl defines
-// getenv() itself: the dynamic linker binds libgomp's calls (and every other
+// libgomp reads its settings in its constructor, which runs before main()
+// and before anything qvl's own code could setenv() (glibc resets environ
+// after the executable's .preinit_array runs). So qvl defines getenv()
+// itself: the dynamic linker binds libgomp's calls (and every other
 // library's) to the executable's definition. It is glibc's getenv - a scan of
 // environ - except that, when the user has set neither OMP_WAIT_POLICY nor
-// GOMP_SPINCOUNT, it answers those two with qvl's choice. Unlike re-executing
+// GOMP_SPINCOUNT, it answers GOMP_SPINCOUNT with qvl's choice (0, passive, for
+// float32). Only GOMP_SPINCOUNT: libgomp from GCC 13 on reads the OMP_*
+// variables by walking environ, not through getenv, but still asks getenv for
+// its GOMP_* ones. Unlike re-executing
 // the program with the variables set, this costs nothing at start-up (loading
 // libtorch twice costs ~0.5 s of CPU). The choice is made from argv in
 // .preinit_array, which the loader runs before any library's constructor.
@@ -33,9 +36,9 @@ namespace {
 
 // Rounds of libgomp's spin loop (one `pause` each) before a waiting thread sleeps.
 constexpr const char* kSpinCount = "10000";
+constexpr const char* kPassiveSpinCount = "0";
 
-const char* g_policy_name = nullptr;   // the variable qvl answers for, or null
-const char* g_policy_value = nullptr;
+const char* g_spin_count = nullptr;  // qvl's answer for GOMP_SPINCOUNT, or null when the user chose
 
 const char* find_in(char** env, const char* name) {
   const size_t length = std::strlen(name);
@@ -57,13 +60,7 @@ bool is_f32_run(int argc, char** argv) {
 // the process's own argument and environment vectors.
 void choose_wait_policy(int argc, char** argv, char** envp) {
   if (find_in(envp, "OMP_WAIT_POLICY") || find_in(envp, "GOMP_SPINCOUNT")) return;  // the user chose
-  if (is_f32_run(argc, argv)) {
-    g_policy_name = "OMP_WAIT_POLICY";
-    g_policy_value = "PASSIVE";
-  } else {
-    g_policy_name = "GOMP_SPINCOUNT";
-    g_policy_value = kSpinCount;
-  }
+  g_spin_count = is_f32_run(argc, argv) ? kPassiveSpinCount : kSpinCount;
 }
 
 __attribute__((section(".preinit_array"), used)) void (*const g_choose_wait_policy)(int, char**, char**) =
@@ -74,6 +71,6 @@ __attribute__((section(".preinit_array"), used)) void (*const g_choose_wait_poli
 extern "C" char* getenv(const char* name) noexcept {
   if (name == nullptr) return nullptr;
   if (const char* value = find_in(environ, name)) return const_cast<char*>(value);
-  if (g_policy_name && std::strcmp(name, g_policy_name) == 0) return const_cast<char*>(g_policy_value);
+  if (g_spin_count && std::strcmp(name, "GOMP_SPINCOUNT") == 0) return const_cast<char*>(g_spin_count);
   return nullptr;
 }
