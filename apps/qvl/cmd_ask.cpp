@@ -152,7 +152,7 @@ void register_ask(CLI::App& app, int& exit_code) {
                   "Image file (PNG, JPEG, WebP, TIFF, BMP, GIF, PDF), or - for stdin; repeat for several")
       ->allow_extra_args(false)  // `--image a.png "question"`: one path per --image
       ->check(existing_file_or_stdin());
-  add_page_options(cmd, &f->model.page, &f->model.dpi);
+  add_page_options(cmd, &f->model.page, &f->model.dpi, &f->model.page_timeout_s);
   cmd->add_option("--messages", f->messages_file, "Chat JSON (transformers shape); image paths relative to the file")
       ->check(CLI::ExistingFile);
   cmd->add_option("--system", f->system, "System message");

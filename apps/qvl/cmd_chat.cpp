@@ -338,7 +338,7 @@ void register_chat(CLI::App& app, int& exit_code) {
                   "Image file (PNG, JPEG, WebP, TIFF, BMP, GIF, PDF) sent with the first question; - reads it from "
                   "stdin (the questions then come from the terminal)")
       ->check(existing_file_or_stdin());
-  add_page_options(cmd, &f->model.page, &f->model.dpi);
+  add_page_options(cmd, &f->model.page, &f->model.dpi, &f->model.page_timeout_s);
   cmd->add_option("--system", f->system, "System message starting every conversation");
   cmd->callback([f, &exit_code] { exit_code = run_chat(*f); });
 }

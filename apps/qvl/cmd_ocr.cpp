@@ -542,7 +542,7 @@ void register_ocr(CLI::App& app, int& exit_code) {
       "file, [page,] sha256, error). Greedy unless --temperature is given");
   f->model.default_image_tokens = kDefaultOcrImageTokens;  // before add_model_options: its help shows it
   add_model_options(cmd, f->model);
-  add_page_options(cmd, nullptr, &f->model.dpi);
+  add_page_options(cmd, nullptr, &f->model.dpi, &f->model.page_timeout_s);
   add_sampling_options(cmd, f->sampling);
   cmd->add_option("--prompt", f->prompt, "What to ask about each image")->capture_default_str();
   cmd->add_option("--system", f->system, "System message");

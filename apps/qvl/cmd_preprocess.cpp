@@ -34,6 +34,7 @@ struct PreprocessOptions {
   int64_t max_image_pixels = ImageLimits{}.max_pixels;
   int page = 1;
   int dpi = 0;
+  double page_timeout_s = ImageLimits{}.page_timeout_s;
   std::string out;
   bool force = false;
 };
@@ -138,6 +139,7 @@ void run(const PreprocessOptions& o) {
   }
   ImageLimits limits;
   limits.max_pixels = o.max_image_pixels;
+  limits.page_timeout_s = o.page_timeout_s;
   DecodeRequest request;
   request.page = o.page;
   request.pdf_dpi = o.dpi;
@@ -183,7 +185,7 @@ CLI::App* add_command(CLI::App& app, const char* name, const char* help, Preproc
   cmd->add_option("--max-image-pixels", o.max_image_pixels, "Refuse an image that decodes to more pixels than this")
       ->check(integer_in(1, int64_t(1) << 36))
       ->capture_default_str();
-  add_page_options(cmd, &o.page, &o.dpi);
+  add_page_options(cmd, &o.page, &o.dpi, &o.page_timeout_s);
   return cmd;
 }
 

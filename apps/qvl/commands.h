@@ -39,12 +39,14 @@ struct ModelOptions {
   int64_t max_image_pixels = ImageLimits{}.max_pixels;  // decoded pixels (after JPEG DCT scaling)
   int page = 1;  // --page (ask, chat): the page of a PDF or multi-page TIFF
   int dpi = 0;   // --dpi: PDF rendering resolution; 0: kDefaultPdfDpi
+  double page_timeout_s = ImageLimits{}.page_timeout_s;  // --page-timeout: seconds a PDF page may render
   bool quiet = false;
   bool verbose = false;
 };
 void add_model_options(CLI::App* cmd, ModelOptions& opts);
-// --dpi, and with `page` also --page (commands that read one page of a document).
-void add_page_options(CLI::App* cmd, int* page, int* dpi);
+// --dpi and --page-timeout, and with `page` also --page (commands that read one
+// page of a document).
+void add_page_options(CLI::App* cmd, int* page, int* dpi, double* page_timeout_s);
 // The size bounds the flags give: --max-side folded into max_pixels (the
 // tightest wins), and the image-token budget (see ModelOptions::max_image_tokens).
 ImageBounds image_bounds(const ModelOptions& opts);

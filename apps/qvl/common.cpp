@@ -166,6 +166,7 @@ SessionOptions make_session_options(const ModelOptions& o) {
   s.max_image_pixels = o.max_image_pixels;
   s.image_page = o.page;
   s.pdf_dpi = o.dpi;
+  s.page_timeout_s = o.page_timeout_s;
   return s;
 }
 
@@ -182,6 +183,7 @@ DecodeRequest decode_request_for(const SessionOptions& o) {
 ImageLimits image_limits_for(const SessionOptions& o) {
   ImageLimits limits;
   limits.max_pixels = o.max_image_pixels;
+  limits.page_timeout_s = o.page_timeout_s;
   return limits;
 }
 
@@ -295,13 +297,18 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
   cmd->add_flag("-v,--verbose", o.verbose, "Print timings and counters on stderr");
 }
 
-void add_page_options(CLI::App* cmd, int* page, int* dpi) {
+void add_page_options(CLI::App* cmd, int* page, int* dpi, double* page_timeout_s) {
   if (page)
     cmd->add_option("--page", *page, "Page of a PDF or multi-page TIFF to read (1-based)")
         ->check(integer_in(1, 1'000'000))
         ->capture_default_str();
   cmd->add_option("--dpi", *dpi, fmt::format("Resolution PDF pages are rendered at (default {})", kDefaultPdfDpi))
       ->check(integer_in(10, 1200));
+  cmd->add_option("--page-timeout", *page_timeout_s,
+                  "Seconds a PDF page may take to render before it is an error (0: no limit)")
+      ->envname("QVL_PAGE_TIMEOUT")
+      ->check(number_in(0, false, 86400, false))
+      ->capture_default_str();
 }
 
 ImageBounds image_bounds(const ModelOptions& o) {

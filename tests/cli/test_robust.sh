@@ -136,6 +136,67 @@ for img in sample.webp sample.bmp sample.gif pages2.tif pages3.pdf cmyk8.tif rgb
   check "preprocess $img works, quietly" "[ $? -eq 0 ] && [ -s '$TMP/fmt.out' ] && [ ! -s '$TMP/fmt.err' ] || { cat '$TMP/fmt.err'; false; }"
 done
 
+# ---------------------------------------------------------------- a PDF page that never finishes
+# 3 KB of PDF: 12 nested form XObjects, each drawing the next 10 times (10^12 squares).
+# Rendering it is stopped at --page-timeout (or $QVL_PAGE_TIMEOUT); ocr goes on with the next file.
+make_nested_pdf() {
+  python3 - "$1" <<'PY'
+import sys
+levels = 12
+objects = {1: b"<< /Type /Catalog /Pages 2 0 R >>",
+           2: b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+           3: b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 72 72] /Resources << /XObject << /X 10 0 R >> >> "
+              b"/Contents 4 0 R >>"}
+def stream(head, body):
+    return head + b" /Length %d >>\nstream\n" % len(body) + body + b"\nendstream"
+objects[4] = stream(b"<<", b"/X Do")
+for level in range(levels):
+    last = level + 1 == levels
+    body = b"0 0 72 72 re f" if last else b"/X Do\n" * 10
+    inner = b"" if last else b" /Resources << /XObject << /X %d 0 R >> >>" % (11 + level)
+    objects[10 + level] = stream(b"<< /Type /XObject /Subtype /Form /BBox [0 0 72 72]" + inner, body)
+out = bytearray(b"%PDF-1.4\n")
+offsets = {}
+for number in sorted(objects):
+    offsets[number] = len(out)
+    out += b"%d 0 obj\n" % number + objects[number] + b"\nendobj\n"
+size = max(objects) + 1
+xref = len(out)
+out += b"xref\n0 %d\n" % size
+for number in range(size):
+    out += b"%010d 00000 n \n" % offsets[number] if number in offsets else b"0000000000 65535 f \n"
+out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (size, xref)
+open(sys.argv[1], "wb").write(out)
+PY
+}
+make_nested_pdf "$TMP/nested.pdf"
+check "the nested-XObject PDF is small" "[ \$(stat -c %s '$TMP/nested.pdf') -lt 4096 ]"
+start=$SECONDS
+QVL_PAGE_TIMEOUT=1 timeout 60 "$QVL" image-info --model "$MODEL" --image "$TMP/nested.pdf" > "$TMP/nested.out" 2> "$TMP/nested.err"
+rc=$?
+check "image-info on the nested PDF: exit 1 after QVL_PAGE_TIMEOUT=1 s, not a hang" \
+  "[ $rc -eq 1 ] && grep -q 'PDF page 1 takes longer than 1 s to render' '$TMP/nested.err' || dump '$TMP/nested.err'"
+check "image-info on the nested PDF: stopped within 20 s" "[ $((SECONDS - start)) -lt 20 ]"
+"$QVL" image-info --model "$MODEL" --image "$DATA/images/formats/pages3.pdf" --page-timeout 0 > /dev/null 2> "$TMP/noto.err"
+check "--page-timeout 0 renders a good PDF in process" "[ $? -eq 0 ] || dump '$TMP/noto.err'"
+mkdir -p "$TMP/bomb"
+cp "$IMG" "$TMP/bomb/a_good.png"
+cp "$TMP/nested.pdf" "$TMP/bomb/b_bomb.pdf"
+cp "$DATA/images/formats/sample.webp" "$TMP/bomb/c_good2.webp"
+timeout 120 "$QVL" ocr --model "$MODEL" --dtype f32 -n 2 --page-timeout 2 --output "$TMP/bomb.jsonl" "$TMP/bomb" \
+  2> "$TMP/bomb.err"
+rc=$?
+check "ocr over [good, bomb, good]: exit 3 (one failed), not stopped by timeout" \
+  "[ $rc -eq 3 ] || { echo \"  exit $rc\"; dump '$TMP/bomb.err'; }"
+python3 - "$TMP/bomb.jsonl" <<'PY' || fail=1
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+got = [(r["file"].rsplit("/", 1)[1], "error" in r) for r in recs]
+assert got == [("a_good.png", False), ("b_bomb.pdf", True), ("c_good2.webp", False)], got
+assert "takes longer than 2 s to render" in recs[1]["error"], recs[1]
+print("ok: ocr wrote the good files' records around the bomb's error record")
+PY
+
 # ---------------------------------------------------------------- unusual images end to end
 for img in rgb16.png gray16.png rgba16.png cmyk.jpg exif6.jpg palette.png interlaced.png animated.png; do
   "$QVL" ask --model "$MODEL" --image "$DATA/bad/$img" --greedy -n 4 --json "What is it?" \

@@ -30,6 +30,9 @@ struct ImageLimits {
   // Declared JPEG size even when DCT scaling will shrink it (a sanity bound:
   // a header can claim 65535x65535).
   int64_t max_declared_pixels = 1'000'000'000;
+  // Seconds a PDF page may take to render; longer is an error (a small file
+  // can hold hours of drawing). 0: no limit, rendered in this process.
+  double page_timeout_s = 30;
 };
 
 // What the caller will do with the image, so a decoder can do less work.

@@ -3,17 +3,33 @@
 // The size the page will have, from its crop box, /Rotate and the dpi, is checked
 // against ImageLimits::max_pixels before anything is rendered.
 //
+// poppler-cpp cannot be interrupted, and a few kilobytes of nested drawing
+// can keep it busy for hours or crash it. With ImageLimits::page_timeout_s a
+// page is therefore rendered in a forked child process into memory shared with
+// this one; a child that takes too long is killed, and one that dies takes only
+// that page with it.
+//
 // poppler reports syntax errors and warnings through a process-wide debug
 // function that prints to stderr by default; ours keeps the first message of the
 // current thread for the error text instead.
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <fmt/core.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <poppler-document.h>
 #include <poppler-global.h>
 #include <poppler-image.h>
 #include <poppler-page-renderer.h>
 #include <poppler-page.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -101,9 +117,163 @@ std::unique_ptr<poppler::document> open_pdf(const uint8_t* data, size_t size, co
   return doc;
 }
 
+// Held around all of this file's poppler calls: a child forked while another
+// thread was inside poppler (or fontconfig below it) could inherit one of its
+// locks held, and would hang on it.
+std::mutex& poppler_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+poppler::image render_with_poppler(poppler::page& page, int dpi) {
+  poppler::page_renderer renderer;
+  renderer.set_render_hint(poppler::page_renderer::antialiasing, true);
+  renderer.set_render_hint(poppler::page_renderer::text_antialiasing, true);
+  renderer.set_image_format(poppler::image::format_rgb24);
+  renderer.set_paper_color(0xffffffff);
+  return renderer.render_page(&page, dpi, dpi);
+}
+
+// Copies poppler's rows (padded to bytes_per_row) into tight RGB rows.
+void copy_rows(const poppler::image& rendered, uint8_t* out) {
+  const int64_t w = rendered.width(), h = rendered.height();
+  const char* rows = rendered.const_data();
+  const int64_t stride = rendered.bytes_per_row();
+  for (int64_t y = 0; y < h; ++y) std::memcpy(out + y * w * 3, rows + y * stride, size_t(w * 3));
+}
+
+RgbImage render_here(poppler::page& page, int dpi, const ImageLimits& limits, const std::string& name,
+                     int page_number) {
+  const poppler::image rendered = render_with_poppler(page, dpi);
+  if (!rendered.is_valid())
+    throw Error(fmt::format("{}: cannot render PDF page {}{}", name, page_number, poppler_reason()));
+  // What decode_pdf checked, unless poppler sized the page otherwise.
+  check_pixel_limit(rendered.width(), rendered.height(), name, limits);
+  RgbImage image;
+  image.width = rendered.width();
+  image.height = rendered.height();
+  image.pixels.resize(size_t(image.width * image.height * 3));
+  copy_rows(rendered, image.pixels.data());
+  return image;
+}
+
+// What the child leaves at the start of the shared mapping; the pixels follow.
+struct ChildRender {
+  enum Status : int32_t { kNotDone = 0, kRendered, kFailed, kTooLarge };
+  Status status;
+  int32_t width, height;
+  char message[500];  // poppler's first message, for a failed render
+};
+
+// The child's whole life: render, copy into the shared mapping, _exit. It
+// calls only poppler, memcpy and _exit (no exit handlers, no OpenMP, no torch).
+[[noreturn]] void child_render(poppler::page& page, int dpi, ChildRender* out, uint8_t* pixels,
+                               int64_t capacity_pixels, pid_t parent) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(1);  // the parent died before prctl
+  try {
+    t_first_poppler_message.clear();
+    const poppler::image rendered = render_with_poppler(page, dpi);
+    if (!rendered.is_valid()) {
+      std::snprintf(out->message, sizeof out->message, "%s", poppler_reason().c_str());
+      out->status = ChildRender::kFailed;
+      ::_exit(0);
+    }
+    out->width = rendered.width();
+    out->height = rendered.height();
+    if (int64_t(out->width) * out->height > capacity_pixels) {
+      out->status = ChildRender::kTooLarge;
+      ::_exit(0);
+    }
+    copy_rows(rendered, pixels);
+    out->status = ChildRender::kRendered;
+  } catch (...) {
+    out->status = ChildRender::kFailed;
+  }
+  ::_exit(0);
+}
+
+// Waits until the child's end of `done_fd` closes (it exited or died) or the
+// timeout passes; true when it ended in time.
+bool wait_for_child(int done_fd, double timeout_s) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  for (;;) {
+    const double left_ms = std::chrono::duration<double, std::milli>(deadline - Clock::now()).count();
+    if (left_ms <= 0) return false;
+    pollfd fd{done_fd, POLLIN, 0};
+    const int ready = ::poll(&fd, 1, int(std::min(left_ms + 1, double(INT_MAX))));
+    if (ready > 0) return true;
+    if (ready < 0 && errno != EINTR) return false;
+  }
+}
+
+// Unmaps and closes on every way out of render_in_child.
+struct ChildResources {
+  void* mapping = MAP_FAILED;
+  size_t mapping_bytes = 0;
+  int done_fds[2] = {-1, -1};
+  ~ChildResources() {
+    if (mapping != MAP_FAILED) ::munmap(mapping, mapping_bytes);
+    for (int fd : done_fds)
+      if (fd >= 0) ::close(fd);
+  }
+};
+
+// Renders in a child process (see the top of the file); the mapping holds up to
+// the expected size plus a pixel of rounding each way.
+RgbImage render_in_child(poppler::page& page, int dpi, int64_t expected_width, int64_t expected_height,
+                         const ImageLimits& limits, const std::string& name, int page_number) {
+  const double timeout_s = limits.page_timeout_s;
+  const int64_t capacity_pixels = (expected_width + 1) * (expected_height + 1);
+  ChildResources res;
+  res.mapping_bytes = sizeof(ChildRender) + size_t(capacity_pixels) * 3;
+  res.mapping = ::mmap(nullptr, res.mapping_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (res.mapping == MAP_FAILED || ::pipe2(res.done_fds, O_CLOEXEC) != 0)
+    throw Error(fmt::format("{}: cannot prepare to render PDF page {}: {}", name, page_number, std::strerror(errno)));
+  auto* result = static_cast<ChildRender*>(res.mapping);
+  uint8_t* pixels = static_cast<uint8_t*>(res.mapping) + sizeof(ChildRender);
+
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) throw Error(fmt::format("{}: cannot start rendering PDF page {}: {}", name, page_number, std::strerror(errno)));
+  if (pid == 0) {
+    ::close(res.done_fds[0]);
+    child_render(page, dpi, result, pixels, capacity_pixels, parent);
+  }
+  ::close(res.done_fds[1]);
+  res.done_fds[1] = -1;
+  const bool ended = wait_for_child(res.done_fds[0], timeout_s);
+  if (!ended) ::kill(pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!ended)
+    throw Error(fmt::format("{}: PDF page {} takes longer than {} s to render (see --page-timeout)", name,
+                            page_number, timeout_s));
+  if (WIFSIGNALED(status))
+    throw Error(fmt::format("{}: the PDF renderer crashed on page {} (signal {})", name, page_number,
+                            WTERMSIG(status)));
+  if (result->status == ChildRender::kTooLarge)
+    throw Error(fmt::format("{}: PDF page {} rendered as {}x{} pixels, not the {}x{} its size says", name,
+                            page_number, result->width, result->height, expected_width, expected_height));
+  if (result->status != ChildRender::kRendered) {
+    result->message[sizeof result->message - 1] = '\0';
+    throw Error(fmt::format("{}: cannot render PDF page {}{}", name, page_number, result->message));
+  }
+  check_pixel_limit(result->width, result->height, name, limits);
+  RgbImage image;
+  image.width = result->width;
+  image.height = result->height;
+  image.pixels.assign(pixels, pixels + size_t(image.width * image.height * 3));
+  return image;
+}
+
 }  // namespace
 
 int pdf_page_count(const uint8_t* data, size_t size, const std::string& name, const ImageLimits& limits) {
+  const std::lock_guard<std::mutex> lock(poppler_mutex());
   int pages = 0;
   open_pdf(data, size, name, limits, &pages);
   return pages;
@@ -114,6 +284,7 @@ RgbImage decode_pdf(const uint8_t* data, size_t size, const std::string& name, c
   const int dpi = request.pdf_dpi == 0 ? kDefaultPdfDpi : request.pdf_dpi;
   if (dpi < 1 || dpi > kMaxPdfDpi)
     throw Error(fmt::format("{}: PDF resolution {} dpi is out of range (1 to {})", name, dpi, kMaxPdfDpi));
+  const std::lock_guard<std::mutex> lock(poppler_mutex());
   int pages = 0;
   const std::unique_ptr<poppler::document> doc = open_pdf(data, size, name, limits, &pages);
   check_page(request.page, pages, name);
@@ -135,25 +306,9 @@ RgbImage decode_pdf(const uint8_t* data, size_t size, const std::string& name, c
                             "pixels (use a lower dpi)",
                             name, request.page, dpi, width_px, height_px, width_px * height_px, limits.max_pixels));
 
-  poppler::page_renderer renderer;
-  renderer.set_render_hint(poppler::page_renderer::antialiasing, true);
-  renderer.set_render_hint(poppler::page_renderer::text_antialiasing, true);
-  renderer.set_image_format(poppler::image::format_rgb24);
-  renderer.set_paper_color(0xffffffff);
-  const poppler::image rendered = renderer.render_page(page.get(), dpi, dpi);
-  if (!rendered.is_valid())
-    throw Error(fmt::format("{}: cannot render PDF page {}{}", name, request.page, poppler_reason()));
-  const int64_t w = rendered.width(), h = rendered.height();
-  check_pixel_limit(w, h, name, limits);  // what was checked above, unless poppler sized it otherwise
-
-  RgbImage image;
-  image.width = w;
-  image.height = h;
-  image.pixels.resize(size_t(w * h * 3));
-  const char* rows = rendered.const_data();
-  const int64_t stride = rendered.bytes_per_row();
-  for (int64_t y = 0; y < h; ++y) std::memcpy(image.at(0, y), rows + y * stride, size_t(w * 3));
-  return image;
+  if (limits.page_timeout_s > 0)
+    return render_in_child(*page, dpi, int64_t(width_px), int64_t(height_px), limits, name, request.page);
+  return render_here(*page, dpi, limits, name, request.page);
 }
 
 }  // namespace qvl::detail

@@ -182,6 +182,7 @@ DecodeRequest Session::Impl::decode_request() const {
 ImageLimits Session::Impl::image_limits() const {
   ImageLimits limits;
   limits.max_pixels = options.max_image_pixels;
+  limits.page_timeout_s = options.page_timeout_s;
   return limits;
 }
 

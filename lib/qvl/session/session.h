@@ -40,6 +40,7 @@ struct SessionOptions {
   int image_page = 1;            // the page of a PDF or multi-page TIFF image part that is read
   int pdf_dpi = 0;               // 0: kDefaultPdfDpi
   int64_t max_image_pixels = 50'000'000;  // refuse larger decoded images
+  double page_timeout_s = 30;    // a PDF page that renders longer is an error (ImageLimits::page_timeout_s)
   WeightQuant quant = WeightQuant::None;  // Int8: decoder projections as int8, made once and cached
   std::string cache_dir;       // int8/int4 weight and tokenizer caches, prompt cache; "" = $QVL_CACHE_DIR, else default
   std::function<void(const std::string&)> on_note;  // one-line notes about one-time work (building caches)
