@@ -3,7 +3,10 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 #include <string>
+#include <utility>
+#include <vector>
 #include <unistd.h>
 
 #include "qvl/io/jsonl.h"
@@ -55,4 +58,35 @@ TEST_CASE("jsonl: empty text, a missing file and a real file") {
   REQUIRE(c.records.size() == 1);
   CHECK(c.records[0]["sha256"] == "ab");
   CHECK(c.partial_last_line);
+}
+
+TEST_CASE("jsonl: file names that are not UTF-8 round-trip through put_path and get_path") {
+  const std::vector<std::string> names = {"plain.png", "caf\xc3\xa9.png", "a\xe9" "b.png", "a\xff" "b.png",
+                                          std::string("\x80\x81\x82", 3), ""};
+  std::set<std::string> lines;
+  for (const std::string& name : names) {
+    CAPTURE(name);
+    nlohmann::ordered_json record;
+    put_path(record, "file", name);
+    record["page"] = 1;
+    const std::string line = record.dump();  // throws on invalid UTF-8: none is left
+    CHECK(record.contains("file_b64") == (name.find_first_of("\xe9\xff\x80") != std::string::npos));
+    CHECK(get_path(nlohmann::json::parse(line), "file") == name);
+    lines.insert(line);
+  }
+  CHECK(lines.size() == names.size());  // a\xe9b and a\xffb stay apart
+  CHECK(get_path(nlohmann::json::parse(R"({"file":"x.png"})"), "file") == "x.png");  // as older qvl wrote it
+  CHECK_FALSE(get_path(nlohmann::json::parse(R"({"file":"x","file_b64":"@@"})"), "file"));
+  CHECK_FALSE(get_path(nlohmann::json::parse(R"({"page":1})"), "file"));
+}
+
+TEST_CASE("jsonl: base64 as RFC 4648 writes it") {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", ""}, {"f", "Zg=="}, {"fo", "Zm8="}, {"foo", "Zm9v"}, {"foob", "Zm9vYg=="}, {"fooba", "Zm9vYmE="},
+      {"foobar", "Zm9vYmFy"}, {std::string("\xff\x00\xfe", 3), "/wD+"}};
+  for (const auto& [bytes, text] : cases) {
+    CHECK(base64_encode(bytes) == text);
+    CHECK(base64_decode(text) == bytes);
+  }
+  for (const char* bad : {"Zg=", "Zg", "Z===", "Zm9v!A==", "=Zg=", "Zg==Zg=="}) CHECK_FALSE(base64_decode(bad));
 }
