@@ -34,6 +34,7 @@
 #include "qvl/image/image_budget.h"
 #include "qvl/image/preprocess.h"
 #include "qvl/io/file_scan.h"
+#include "qvl/io/jsonl.h"
 #include "qvl/io/mapped_file.h"
 #include "qvl/io/shard.h"
 
@@ -118,25 +119,27 @@ struct OutputFile {
   std::string name = "<stdout>";
   bool starts_mid_line = false;  // the last record lacks only its newline
   bool truncate_before_writing = false;
-  struct stat identity {};       // of the --output file, so it is never read as an input
+  struct stat identity {};       // of the --output file
   std::set<RecordKey> done;  // records already in it
 
   ~OutputFile() {
     if (file != stdout) std::fclose(file);  // also releases the lock
   }
 
-  bool is(const std::string& path) const {
-    struct stat st {};
-    return file != stdout && ::stat(path.c_str(), &st) == 0 && st.st_dev == identity.st_dev &&
-           st.st_ino == identity.st_ino;
-  }
-
-  // Checked before the model loads, so a bad --output costs nothing. Takes an
-  // exclusive lock on the file for the whole run: a second qvl ocr on the same
-  // output (a cron job started again before the last run finished) stops
-  // with OutputBusy, or with `wait` waits for it.
-  void open(const OcrFlags& f, bool quiet) {
-    if (f.output.empty()) return;
+  // Checked before the model loads, so a bad --output costs nothing. An
+  // output that is one of the inputs is refused before anything is written
+  // to it, whatever the flags. Takes an exclusive lock on the file for the
+  // whole run: a second qvl ocr on the same output (a cron job started again
+  // before the last run finished) stops with OutputBusy, or with `wait` waits
+  // for it.
+  void open(const OcrFlags& f, bool quiet, const std::vector<ScannedFile>& inputs) {
+    if (f.output.empty()) {
+      // `>> photo.png` would append to an input as surely as --output would.
+      struct stat st {};
+      if (::fstat(STDOUT_FILENO, &st) == 0 && S_ISREG(st.st_mode))
+        refuse_output_among_inputs(inputs, uint64_t(st.st_dev), uint64_t(st.st_ino), "stdout");
+      return;
+    }
     struct stat st {};
     const bool exists = ::stat(f.output.c_str(), &st) == 0;
     if (exists && S_ISDIR(st.st_mode)) throw Error(fmt::format("--output {} is a directory", f.output));
@@ -160,6 +163,7 @@ struct OutputFile {
     name = f.output;
     if (::fstat(fd, &identity) != 0 || !S_ISREG(identity.st_mode))
       throw Error(fmt::format("--output {} is not a regular file", f.output));
+    refuse_output_among_inputs(inputs, uint64_t(identity.st_dev), uint64_t(identity.st_ino), "--output " + f.output);
     lock(fd, f.wait, quiet);
     truncate_before_writing = f.force && non_empty;
     if (f.resume) read_done(fd, quiet);
@@ -174,7 +178,8 @@ struct OutputFile {
   void write(const Record& record) {
     std::string line = starts_mid_line ? "\n" : "";
     starts_mid_line = false;
-    // Paths need not be UTF-8; replacing bad bytes beats losing the record.
+    // Error messages quote paths that need not be UTF-8 ("file" keeps them
+    // exactly: put_path); replacing bad bytes there beats losing the record.
     line += record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     line += '\n';
     if (std::fwrite(line.data(), 1, line.size(), file) != line.size() || std::fflush(file) != 0)
@@ -226,14 +231,14 @@ struct OutputFile {
       const size_t end = newline == std::string::npos ? text.size() : newline;
       const std::string line = text.substr(start, end - start);
       const nlohmann::json r = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      const bool record = r.is_object() && r.contains("file") && r["file"].is_string();
+      const std::optional<std::string> file = r.is_object() ? get_path(r, "file") : std::nullopt;
+      const bool record = file.has_value();
       if (record) {
         auto sha_it = r.find("sha256");
         const bool has_sha = sha_it != r.end() && sha_it->is_string();
         auto page_it = r.find("page");
         const bool has_page = page_it != r.end() && page_it->is_number_integer();
-        done.insert({r["file"].get<std::string>(), has_sha ? sha_it->get<std::string>() : std::string(),
-                     has_page ? page_it->get<int>() : 0});
+        done.insert({*file, has_sha ? sha_it->get<std::string>() : std::string(), has_page ? page_it->get<int>() : 0});
       }
       if (newline == std::string::npos) {  // the last line has no newline
         if (record) {
@@ -420,16 +425,12 @@ class OcrRun {
   OcrQueue queue_;
 };
 
-// Each path once (the same path given twice, or found by two folder
-// arguments, gets one record), and never the output file itself.
-std::vector<ScannedFile> unique_inputs(std::vector<ScannedFile> files, const OutputFile& out, bool quiet) {
+// Each path once: the same path given twice, or found by two folder
+// arguments, gets one record.
+std::vector<ScannedFile> unique_inputs(std::vector<ScannedFile> files, bool quiet) {
   std::set<std::string> seen, told;
   std::vector<ScannedFile> kept;
   for (ScannedFile& file : files) {
-    if (out.is(file.path)) {
-      if (!quiet) fmt::print(stderr, "qvl ocr: skipping {}: it is the --output file\n", file.path);
-      continue;
-    }
     if (!seen.insert(file.path).second) {
       if (told.insert(file.path).second && !quiet)
         fmt::print(stderr, "qvl ocr: {} is given more than once: it gets one record\n", file.path);
@@ -470,14 +471,14 @@ int run_ocr(const OcrFlags& f) {
   std::signal(SIGTERM, on_sigterm);
   OutputFile out;
   try {
-    out.open(f, f.model.quiet);
+    out.open(f, f.model.quiet, files);
   } catch (const OutputBusy& e) {
     fmt::print(stderr, "qvl: error: {}\n", e.what());
     return interrupted() ? kInterrupted : kBusy;
   }
   SessionOptions session_options = make_session_options(f.model);
   check_prompt_length(ocr_turn(f, ""), f.model.max_context);
-  files = unique_inputs(std::move(files), out, f.model.quiet);
+  files = unique_inputs(std::move(files), f.model.quiet);
   const size_t listed = files.size();
   if (!f.shard.empty()) {
     const ShardSpec spec = parse_shard_spec(f.shard);

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "common.h"
 #include "ocr_merge.h"
 #include "qvl/error.h"
+#include "qvl/io/jsonl.h"
 #include "qvl/io/mapped_file.h"
 #include "qvl/io/ocr_merge.h"
 
@@ -117,6 +119,16 @@ bool is_cut_record(const std::string& line) {
   return line.compare(0, kStart.size(), kStart) == 0;
 }
 
+// A positive integer field of a record ("page", "pages"); 0 when absent.
+template <typename MakeError>
+int64_t page_number(const nlohmann::json& r, const char* key, const MakeError& error) {
+  auto it = r.find(key);
+  if (it == r.end()) return 0;
+  if (!it->is_number_integer() || it->get<int64_t>() < 1)
+    throw error(fmt::format("\"{}\" is not a page number", key));
+  return it->get<int64_t>();
+}
+
 struct IndexCounts {
   size_t cut_lines = 0;  // partial last lines and cut records closed by a resume: left out
 };
@@ -150,17 +162,18 @@ void index_shard_output(const ShardOutput& out, size_t source, std::vector<Shard
                                 "--shard (give the input paths before --merge or after --)",
                                 out.path, line_no));
       }
+      auto field_error = [&](const std::string& what) {
+        return Error(fmt::format("{}: line {}: {}", out.path, line_no, what));
+      };
       ShardRecord rec;
-      rec.file = r["file"].get<std::string>();
-      if (auto it = r.find("page"); it != r.end()) {
-        if (!it->is_number_integer() || it->get<int64_t>() < 1)
-          throw Error(fmt::format("{}: line {}: \"page\" is not a page number", out.path, line_no));
-        rec.page = it->get<int64_t>();
-      }
+      const std::optional<std::string> file = get_path(r, "file");
+      if (!file) throw field_error("\"file_b64\" is not base64");
+      rec.file = *file;
+      rec.page = page_number(r, "page", field_error);
+      rec.pages = page_number(r, "pages", field_error);
       if (auto it = r.find("sha256"); it != r.end() && it->is_string()) rec.sha256 = it->get<std::string>();
       rec.is_error = r.contains("error");
-      if (auto it = r.find("duplicate_of"); it != r.end() && it->is_string())
-        rec.duplicate_of = it->get<std::string>();
+      rec.duplicate_of = get_path(r, "duplicate_of").value_or("");
       rec.source = source;
       rec.offset = offset;
       rec.length = line.size();
@@ -176,16 +189,22 @@ void index_shard_output(const ShardOutput& out, size_t source, std::vector<Shard
   std::fclose(f);
 }
 
-// Each path once, as a single run takes them, and never the output itself.
-std::vector<std::string> unique_paths(const std::vector<ScannedFile>& inputs, const struct stat* output) {
+// Each path once, as a single run takes them.
+std::vector<std::string> unique_paths(const std::vector<ScannedFile>& inputs) {
   std::set<std::string> seen;
   std::vector<std::string> paths;
-  for (const ScannedFile& f : inputs) {
-    struct stat st {};
-    if (output && ::stat(f.path.c_str(), &st) == 0 && same_file(st, *output)) continue;
+  for (const ScannedFile& f : inputs)
     if (seen.insert(f.path).second) paths.push_back(f.path);
-  }
   return paths;
+}
+
+// The merged file replaces --output: never one of the inputs, nor stdout
+// appending to one.
+void refuse_output_among(const std::vector<ScannedFile>& inputs, const std::string& output) {
+  struct stat st {};
+  if (output.empty() ? ::fstat(STDOUT_FILENO, &st) == 0 && S_ISREG(st.st_mode) : ::stat(output.c_str(), &st) == 0)
+    refuse_output_among_inputs(inputs, uint64_t(st.st_dev), uint64_t(st.st_ino),
+                               output.empty() ? "stdout" : "--output " + output);
 }
 
 // Prints what is wrong and throws; nothing has been written.
@@ -286,6 +305,7 @@ int run_ocr_merge(const OcrMergeOptions& options, const std::vector<ScannedFile>
   if (out_exists && !S_ISREG(out_stat.st_mode))
     throw Error(fmt::format("--output {} is not a regular file ({})", options.output,
                             non_regular_kind(out_stat.st_mode)));
+  refuse_output_among(inputs, options.output);
   if (out_exists && out_stat.st_size > 0 && !options.force)
     throw Error(fmt::format("{} already exists and is not empty: pass --force to replace it with the merge",
                             options.output));
@@ -299,7 +319,7 @@ int run_ocr_merge(const OcrMergeOptions& options, const std::vector<ScannedFile>
   std::vector<ShardRecord> records;
   IndexCounts counts;
   for (size_t i = 0; i < shards.size(); ++i) index_shard_output(shards[i], i, records, counts);
-  const std::vector<std::string> paths = unique_paths(inputs, out_exists ? &out_stat : nullptr);
+  const std::vector<std::string> paths = unique_paths(inputs);
   const MergePlan plan = plan_merge(paths, records);
   if (!plan.complete()) refuse(plan, shards);
 
@@ -317,10 +337,8 @@ int run_ocr_merge(const OcrMergeOptions& options, const std::vector<ScannedFile>
     if (e.rewrite) {
       // Field order kept; a new "duplicate_of" goes last, where qvl ocr puts it.
       nlohmann::ordered_json record = nlohmann::ordered_json::parse(line);
-      if (e.duplicate_of.empty())
-        record.erase("duplicate_of");
-      else
-        record["duplicate_of"] = e.duplicate_of;
+      erase_path(record, "duplicate_of");
+      if (!e.duplicate_of.empty()) put_path(record, "duplicate_of", e.duplicate_of);
       line = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     }
     out.write(line);

@@ -79,6 +79,50 @@ check "... leaving it untouched" "cmp -s '$OUT' '$TMP/first.jsonl'"
 ocr -n 4 --output "$OUT" --force "$IN" 2>/dev/null
 check "--force rewrites it (4 records, not 8)" "[ \$(lines '$OUT') -eq 4 ]"
 
+# --- No flag makes qvl write over one of its inputs: the output named as an
+# input, a link to one (symbolic or hard), or stdout appending to one.
+OP="$TMP/op"
+mkdir -p "$OP"
+cp "$DATA/images/small.png" "$OP/a.png" && cp "$DATA/images/small.png" "$OP/b.png"
+ln -s "$OP/b.png" "$TMP/symlink.jsonl" && ln "$OP/b.png" "$TMP/hardlink.jsonl"
+refuses_to_write_over_b() {  # DESCRIPTION: after a run whose output was $TMP/over.out / over.err
+  check "$1: exit 1, one line naming the input" \
+    "[ $rc -eq 1 ] && [ \$(wc -l < '$TMP/over.err') -eq 1 ] && grep -q 'is the same file as the input $OP/b.png' '$TMP/over.err' || dump '$TMP/over.err'"
+  check "$1: the image is untouched" "cmp -s '$OP/b.png' '$DATA/images/small.png'"
+}
+ocr -n 2 --force -o "$OP/b.png" "$OP" > "$TMP/over.out" 2> "$TMP/over.err"; rc=$?
+refuses_to_write_over_b "--force --output an input found in the folder"
+ocr -n 2 --force -o "$TMP/symlink.jsonl" "$OP" > "$TMP/over.out" 2> "$TMP/over.err"; rc=$?
+refuses_to_write_over_b "--force --output a symbolic link to an input"
+ocr -n 2 --force -o "$TMP/hardlink.jsonl" "$OP/b.png" > "$TMP/over.out" 2> "$TMP/over.err"; rc=$?
+refuses_to_write_over_b "--force --output a hard link to an input"
+ocr -n 2 "$OP/a.png" "$OP/b.png" >> "$OP/b.png" 2> "$TMP/over.err"; rc=$?
+refuses_to_write_over_b "stdout appending to an input"
+ocr --force -o "$OP/b.png" --merge "$TMP/first.jsonl" -- "$OP" > "$TMP/over.out" 2> "$TMP/over.err"; rc=$?
+refuses_to_write_over_b "--merge --force --output an input"
+
+# --- File names that are not UTF-8: two names differing only in an invalid
+# byte keep their own records, exact in file_b64, and --resume matches them.
+NU="$TMP/nonutf8"
+mkdir -p "$NU"
+cp "$DATA/images/small.png" "$NU/a"$'\xe9'"b.png"
+{ cat "$DATA/images/small.png"; printf 'x'; } > "$NU/a"$'\xff'"b.png"
+cp "$DATA/images/small.png" "$NU/c.png"
+ocr -n 2 -o "$TMP/nu.jsonl" "$NU" 2> "$TMP/nu.err"
+check "a folder with names that are not UTF-8 exits 0" "[ $? -eq 0 ] || dump '$TMP/nu.err'"
+check "... each file's exact name is in its record" "python3 - '$TMP/nu.jsonl' '$NU' <<'PY' || dump '$TMP/nu.jsonl'
+import base64, json, os, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+names = [base64.b64decode(r['file_b64']) if 'file_b64' in r else r['file'].encode() for r in recs]
+want = sorted(os.path.join(os.fsencode(sys.argv[2]), n) for n in os.listdir(os.fsencode(sys.argv[2])))
+assert names == want, (names, want)
+assert recs[0]['file'] == sys.argv[2] + '/a\ufffdb.png' and 'file_b64' not in recs[2], recs
+assert base64.b64decode(recs[2]['duplicate_of_b64']) == want[0], recs[2]
+PY"
+ocr -n 2 -o "$TMP/nu.jsonl" --resume "$NU" 2> "$TMP/nu-resume.err"
+check "... and --resume finds all three done" \
+  "[ \$(lines '$TMP/nu.jsonl') -eq 3 ] && grep -q 'skipped 3' '$TMP/nu-resume.err' || dump '$TMP/nu-resume.err' '$TMP/nu.jsonl'"
+
 mkdir -p "$TMP/broken" && cp "$MODEL"/*.json "$TMP/broken/" && cp "$MODEL"/model-0000*.safetensors "$TMP/broken/"
 truncate -s 1000000 "$TMP/broken/model-00001-of-00002.safetensors"
 "$QVL" ocr --model "$TMP/broken" --output "$TMP/no-such-dir/out.jsonl" "$IN" 2> "$TMP/unwritable.err"

@@ -143,6 +143,37 @@ check "the merge of round 2 (--force replaces the old merge) exits 0" "[ $status
 check "... leaves out the changed file's old record and says so" "grep -q '1 older record(s) of changed files left out' '$TMP/err' || dump '$TMP/err'"
 check "... and equals one fresh run over the grown folder, but for ms" "same_records '$TMP/single2.jsonl' '$TMP/merged.jsonl'"
 
+# --- Names that are not UTF-8 (a\xe9b.png and a\xffb.png read alike): the
+# merge tells them apart by their exact bytes.
+NU="$TMP/nonutf8"
+mkdir -p "$NU"
+for i in 1 2 3 4 5 6; do
+  { cat "$DATA/images/small.png"; printf '%s' "$i"; } > "$NU/n$i"$'\xe9'".png"
+  { cat "$DATA/images/small.png"; printf 'x%s' "$i"; } > "$NU/n$i"$'\xff'".png"
+done
+ocr --output "$TMP/nu-single.jsonl" "$NU" 2> /dev/null
+for k in 0 1; do ocr --shard $k/2 --output "$TMP/nu-s$k.jsonl" "$NU" 2> /dev/null; done
+run ocr "$NU" -o "$TMP/nu-merged.jsonl" --merge "$TMP/nu-s0.jsonl" "$TMP/nu-s1.jsonl"
+check "--merge of shards with names that are not UTF-8 exits 0" "[ $status -eq 0 ] || dump '$TMP/err'"
+check "... and equals one run, but for ms" "same_records '$TMP/nu-single.jsonl' '$TMP/nu-merged.jsonl'"
+
+# --- A shard whose run was killed while writing page 2 of a 2-page TIFF (its
+# last line cut): the merge names the missing page and writes nothing.
+PG="$TMP/paged"
+mkdir -p "$PG"
+cp "$DATA/images/small.png" "$PG/a.png" && cp "$DATA/images/formats/pages2.tif" "$PG/scan.tif"
+ocr --output "$TMP/pg-full.jsonl" "$PG" 2> /dev/null
+check "a 2-page TIFF's page records say \"pages\": 2" \
+  "[ \$(grep -c '\"page\":[12],\"pages\":2,' '$TMP/pg-full.jsonl') -eq 2 ] || dump '$TMP/pg-full.jsonl'"
+{ head -n 2 "$TMP/pg-full.jsonl"; tail -n 1 "$TMP/pg-full.jsonl" | head -c 50; } > "$TMP/pg-cut.jsonl"
+run ocr "$PG" -o "$TMP/pg-merged.jsonl" --merge "$TMP/pg-cut.jsonl"
+check "--merge of a shard lacking the last page of a TIFF: exit 1, the page named" \
+  "[ $status -eq 1 ] && grep -q 'missing pages: $PG/scan.tif: page 2 of 2 missing' '$TMP/err' || dump '$TMP/err'"
+check "... and nothing written" "[ ! -e '$TMP/pg-merged.jsonl' ]"
+ocr --resume --output "$TMP/pg-cut.jsonl" "$PG" 2> /dev/null
+run ocr "$PG" -o "$TMP/pg-merged.jsonl" --merge "$TMP/pg-cut.jsonl"
+check "... which --resume completes" "[ $status -eq 0 ] && same_records '$TMP/pg-full.jsonl' '$TMP/pg-merged.jsonl' || dump '$TMP/err'"
+
 # A folder given as the path relative to another working directory splits
 # the same way: the key is the path below the folder argument.
 (cd "$TMP" && ocr -r --shard 0/3 "archive" > "$TMP/rel0.jsonl" 2> /dev/null)

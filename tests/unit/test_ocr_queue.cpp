@@ -84,6 +84,7 @@ struct Run {
         if (p.path == path && p.page == page) {
           OcrPage again = p;
           again.same_as_earlier = false;
+          again.pages = 1;  // as OcrPreparer::prepare_page: it does not count the file's pages
           return again;
         }
       FAIL("prepare_again of a page never given: " << path);
@@ -149,6 +150,54 @@ TEST_CASE("ocr queue: a multi-page file's pages get their own records in page or
   CHECK(run.files() == std::vector<std::string>{"doc.pdf#1", "doc.pdf#2", "doc.pdf#3", "doc.pdf#4", "z.png"});
   CHECK(run.records[2]["text"] == "text of doc.pdf#3");
   CHECK(run.more_pages == 3);
+  // Each page says how many the file has; a file of one page has neither field.
+  std::vector<std::string> keys;
+  for (auto it = run.records[0].begin(); it != run.records[0].end(); ++it) keys.push_back(it.key());
+  CHECK(keys == std::vector<std::string>{"file", "page", "pages", "sha256", "width", "height", "text", "tokens", "ms",
+                                         "stop_reason"});
+  for (size_t i = 0; i < 4; ++i) CHECK(run.records[i]["pages"] == 4);
+  CHECK_FALSE(run.records[4].contains("pages"));
+}
+
+TEST_CASE("ocr queue: error records, reused records and retries of a page keep its page count") {
+  // b.tif's page 2 fails in the model; c.tif is a copy of b.tif, so its page 2 is tried again.
+  Run run;
+  run.pages = {page_of("a.tif", "A", 1, 2), page_of("a.tif", "A", 2, 2), page_of("b.tif", "B", 1, 2),
+               page_of("b.tif", "B", 2, 2), page_of("c.tif", "B", 1, 2), page_of("c.tif", "B", 2, 2)};
+  run.pages[1].error = "a.tif: page 2 is too large";
+  run.pages[4].same_as_earlier = run.pages[5].same_as_earlier = true;
+  std::vector<std::string> asked;
+  run.go(fake_model(4, asked, [](const OcrRequest& r) { return r.path == "b.tif" && r.page == 2 ? "no memory" : ""; }));
+  CHECK(run.files() == std::vector<std::string>{"a.tif#1", "a.tif#2", "b.tif#1", "b.tif#2", "c.tif#1", "c.tif#2"});
+  CHECK(run.prepared_again == std::vector<std::string>{"c.tif#2"});
+  CHECK(run.records[1]["error"] == "a.tif: page 2 is too large");
+  CHECK(run.records[3]["error"] == "b.tif: no memory");
+  CHECK(run.records[4]["duplicate_of"] == "b.tif");
+  CHECK(run.records[5]["text"] == "text of c.tif#2");
+  for (const OcrRecord& r : run.records) CHECK(r["pages"] == 2);
+}
+
+TEST_CASE("ocr queue: a file name that is not UTF-8 is kept exactly in file_b64") {
+  Run run;
+  run.pages = {page_of("a\xe9" "b.png", "S1"), page_of("a\xff" "b.png", "S1")};
+  run.pages[1].same_as_earlier = true;
+  std::vector<std::string> asked;
+  run.go(fake_model(1, asked));
+  REQUIRE(run.records.size() == 2);
+  for (const OcrRecord& r : run.records) {
+    CHECK(r["file"] == "a\xef\xbf\xbd" "b.png");  // U+FFFD where the byte was, for reading
+    std::vector<std::string> keys;
+    for (auto it = r.begin(); it != r.end(); ++it) keys.push_back(it.key());
+    CHECK(keys[1] == "file_b64");
+  }
+  CHECK(run.records[0]["file_b64"] == "YeliLnBuZw==");
+  CHECK(run.records[1]["file_b64"] == "Yf9iLnBuZw==");
+  CHECK(run.records[1]["duplicate_of"] == "a\xef\xbf\xbd" "b.png");
+  CHECK(run.records[1]["duplicate_of_b64"] == "YeliLnBuZw==");
+  // The names need no replacement by the writer (the fake model's text quotes the raw path).
+  OcrRecord names = run.records[1];
+  names.erase("text");
+  CHECK_NOTHROW(names.dump());
 }
 
 TEST_CASE("ocr queue: identical pages are answered once and name the first as duplicate_of") {

@@ -173,8 +173,27 @@ TEST_CASE("merge: missing inputs, files in two shards, foreign files and page ga
   CHECK(plan.overlapping[0].first_source == 0);
   CHECK(plan.overlapping[0].second_source == 1);
   CHECK(plan.unexpected == std::vector<std::string>{"x.png"});
-  CHECK(plan.page_gaps == std::vector<std::string>{"p.pdf: pages 1, 3"});
+  CHECK(plan.page_gaps == std::vector<std::string>{"p.pdf: page 2 of 3 missing"});
   CHECK(plan_merge({"a.png"}, {rec("a.png", "s", 0)}).complete());
+}
+
+TEST_CASE("merge: a file missing its last pages is found by the page count its records give") {
+  auto page = [](const std::string& file, int64_t n, int64_t pages) {
+    ShardRecord r = rec(file, "s" + file, 0, n);
+    r.pages = pages;
+    return r;
+  };
+  // t.tif lost its page 2 of 2 (a killed run); d.pdf has pages 2 and 5 of 6; old.pdf's records are
+  // from a qvl that wrote no "pages" (read as before: its highest page is the count).
+  const std::vector<ShardRecord> records = {page("t.tif", 1, 2), page("d.pdf", 2, 6), page("d.pdf", 5, 6),
+                                            page("old.pdf", 1, 0), page("old.pdf", 2, 0), page("ok.tif", 1, 2),
+                                            page("ok.tif", 2, 2)};
+  const MergePlan plan = plan_merge({"t.tif", "d.pdf", "old.pdf", "ok.tif"}, records);
+  CHECK(!plan.complete());
+  CHECK(plan.page_gaps == std::vector<std::string>{"t.tif: page 2 of 2 missing", "d.pdf: pages 1, 3-4, 6 of 6 missing"});
+  // A count that no page reaches is not walked page by page.
+  CHECK(plan_merge({"big.pdf"}, {page("big.pdf", 1, int64_t(1) << 60)}).page_gaps ==
+        std::vector<std::string>{"big.pdf: pages 2-1152921504606846976 of 1152921504606846976 missing"});
 }
 
 TEST_CASE("merge: after --resume, a changed file's last records win") {

@@ -107,16 +107,16 @@ class OcrQueue {
   using Clock = std::chrono::steady_clock;
   struct InFlight {
     std::string path;
-    int page = 0;
+    int page = 0, pages = 1;
     std::string sha256, key;  // key: OcrPage::content_key()
     int64_t width = 0, height = 0;
     double prepare_ms = 0;
     Clock::time_point submitted;
   };
-  struct Copy {  // a page with the same content as one still being computed
+  struct PageSlot {  // a page's place in the output and what its record names
     size_t slot;
     std::string path;
-    int page = 0;
+    int page = 0, pages = 1;
   };
   // What a computed page gave, kept for later pages with the same content.
   struct Result {
@@ -130,13 +130,13 @@ class OcrQueue {
   std::optional<OcrRequest> next_request();
   OcrRequest submit(size_t slot, OcrPage& p);
   void on_answer(uint64_t tag, OcrAnswer a);
-  void reuse(size_t slot, const std::string& path, int page, const std::string& sha256, const Result& result);
+  void reuse(const PageSlot& page, const std::string& sha256, const Result& result);
   void fail(size_t slot, const OcrPage& p);
   void settle(size_t slot, std::optional<OcrRecord> record);
   bool interrupted() const { return hooks_.interrupted && hooks_.interrupted(); }
   static OcrRecord error_record(const OcrPage& p);
-  static OcrRecord result_record(const std::string& file, int page, const std::string& sha256, const Result& res,
-                                 double ms);
+  static OcrRecord result_record(const PageSlot& page, const std::string& sha256, const Result& res, double ms);
+  static void put_file_and_pages(OcrRecord& r, const std::string& file, int page, int pages);
 
   OcrQueueHooks hooks_;
   OcrCounts counts_;
@@ -145,8 +145,8 @@ class OcrQueue {
   std::map<size_t, std::optional<OcrRecord>> ready_;  // settled, waiting for earlier slots
   std::map<size_t, InFlight> in_flight_;             // by slot
   std::set<std::string> computing_;                  // content keys of pages in flight
-  std::map<std::string, std::vector<Copy>> copies_;  // waiting for a page in flight, by its content key
-  std::deque<Copy> retries_;                         // copies of a page that failed in the model
+  std::map<std::string, std::vector<PageSlot>> copies_;  // waiting for a page in flight, by its content key
+  std::deque<PageSlot> retries_;                         // copies of a page that failed in the model
   std::map<std::string, Result> results_;            // by content key
   std::string current_;
   bool told_interrupt_ = false;

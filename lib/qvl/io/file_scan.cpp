@@ -11,6 +11,8 @@
 #include <set>
 #include <utility>
 
+#include "qvl/error.h"
+
 namespace qvl {
 namespace {
 
@@ -107,6 +109,16 @@ std::vector<ScannedFile> expand_inputs(const std::vector<std::string>& inputs, c
     }
   }
   return files;
+}
+
+void refuse_output_among_inputs(const std::vector<ScannedFile>& inputs, uint64_t device, uint64_t inode,
+                                const std::string& output_name) {
+  for (const ScannedFile& in : inputs) {
+    struct stat st {};
+    if (::stat(in.path.c_str(), &st) == 0 && uint64_t(st.st_dev) == device && uint64_t(st.st_ino) == inode)
+      throw Error(output_name + " is the same file as the input " + in.path +
+                  ": qvl ocr never writes over its inputs; choose an output outside them");
+  }
 }
 
 std::vector<std::string> split_path_lines(const std::string& text) {

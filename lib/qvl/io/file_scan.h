@@ -2,6 +2,7 @@
 // in an order that does not depend on the file system: inputs in the order
 // given, each directory's entries sorted byte-wise.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,12 @@ bool scan_takes(const std::string& file_name, const ScanOptions& options);
 // without doubling a trailing slash; symbolic links are followed, but a
 // directory already visited (a link loop) is not scanned twice.
 std::vector<ScannedFile> expand_inputs(const std::vector<std::string>& inputs, const ScanOptions& options);
+
+// Throws qvl::Error when one of `inputs` is the file with this device and
+// inode (links followed): `output_name` ("--output x", "stdout") would be
+// written over an input.
+void refuse_output_among_inputs(const std::vector<ScannedFile>& inputs, uint64_t device, uint64_t inode,
+                                const std::string& output_name);
 
 // Newline-separated paths (as read from stdin): a trailing '\r' is dropped and
 // blank lines are skipped; everything else, spaces included, is part of the path.

@@ -26,16 +26,32 @@ std::vector<size_t> current_records(const FileRecords& f, const std::vector<Shar
   return kept;
 }
 
-// Pages 1..n, or none at all (a record without "page" sorts first and is not a page).
+// Pages 1..n, or none at all (a record without "page" sorts first and is not
+// a page). n is the largest "pages" the records give, or without it the
+// highest page there is.
 bool pages_have_gaps(const std::vector<size_t>& kept, const std::vector<ShardRecord>& all, std::string& described) {
-  std::vector<int64_t> pages;
-  for (size_t i : kept)
-    if (all[i].page > 0) pages.push_back(all[i].page);
-  bool gap = false;
-  for (size_t j = 0; j < pages.size(); ++j) gap = gap || pages[j] != int64_t(j) + 1;
-  if (!gap) return false;
-  described = all[kept.front()].file + ": pages";
-  for (size_t j = 0; j < pages.size(); ++j) described += (j ? ", " : " ") + std::to_string(pages[j]);
+  std::set<int64_t> pages;
+  int64_t count = 0;
+  for (size_t i : kept) {
+    if (all[i].page <= 0) continue;
+    pages.insert(all[i].page);
+    count = std::max({count, all[i].pages, all[i].page});
+  }
+  std::vector<std::pair<int64_t, int64_t>> gaps;  // first and last missing page of each run
+  int64_t next = 1;
+  for (int64_t page : pages) {
+    if (page > next) gaps.push_back({next, page - 1});
+    next = page + 1;
+  }
+  if (next <= count) gaps.push_back({next, count});
+  if (gaps.empty()) return false;
+  const bool one = gaps.size() == 1 && gaps[0].first == gaps[0].second;
+  described = all[kept.front()].file + (one ? ": page" : ": pages");
+  for (size_t j = 0; j < gaps.size(); ++j) {
+    described += (j ? ", " : " ") + std::to_string(gaps[j].first);
+    if (gaps[j].second > gaps[j].first) described += "-" + std::to_string(gaps[j].second);
+  }
+  described += " of " + std::to_string(count) + " missing";
   return true;
 }
 

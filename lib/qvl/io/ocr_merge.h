@@ -9,7 +9,9 @@
 //   are the current ones and earlier ones are superseded; of two records for
 //   the same page, the later wins.
 // - Checked: every input has a record, no file is in two shard outputs, no
-//   record is for a file outside the inputs, a file's pages are 1..n without gaps.
+//   record is for a file outside the inputs, a file's pages are 1..n without
+//   gaps, n being the "pages" its records give (records of an older qvl have
+//   no "pages": then the highest page they hold).
 // - Identical files (same sha256 and page) in different shards were computed
 //   separately; a single run computes the first and repeats it with
 //   "duplicate_of": the merge sets "duplicate_of" to the first such file in the
@@ -27,6 +29,7 @@ namespace qvl {
 struct ShardRecord {
   std::string file;
   int64_t page = 0;          // 0: the record has no "page"
+  int64_t pages = 0;         // the file's page count; 0: the record has no "pages"
   std::string sha256;        // "": none (an unreadable file)
   bool is_error = false;     // has "error"
   std::string duplicate_of;  // "": none
@@ -50,7 +53,7 @@ struct MergePlan {
     size_t first_source = 0, second_source = 0;
   };
   std::vector<Overlap> overlapping;     // files with records in two shard outputs
-  std::vector<std::string> page_gaps;   // "FILE: pages 1, 2, 4" (not 1..n)
+  std::vector<std::string> page_gaps;   // "FILE: page 3 of 4 missing" (pages not 1..n)
   size_t superseded = 0;                // older records left out (see above)
   size_t duplicates_set = 0;            // records whose "duplicate_of" the merge changed
 
