@@ -68,7 +68,8 @@ CLI::Validator supported_quant() {
         return fmt::format("weight quantization '{}' is not supported (supported: {})", quant,
                            fmt::join(kSupportedQuants, ", "));
       },
-      "QUANT");
+      // In IsMember's form, "{none,int8,int4}": the man page and completions read the values from it.
+      fmt::format("{{{}}}", fmt::join(kSupportedQuants, ",")));
 }
 
 std::vector<Message> question(const std::vector<std::string>& images, const std::string& prompt) {

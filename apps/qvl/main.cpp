@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_docs.h"
 #include "commands.h"
 #include "qvl/error.h"
 #include "qvl/kernels/cpu.h"
@@ -40,6 +41,7 @@ int main(int argc, char** argv) {
   register_ocr(app, exit_code);
   register_chat(app, exit_code);
   register_bench(app, exit_code);
+  register_docs(app);  // hidden: --print-man, --completion SHELL (after every command exists)
   // `qvl help [COMMAND]` and `qvl version` are what people type: the flags they mean.
   std::vector<std::string> args(argv, argv + argc);
   if (args.size() >= 2 && args[1] == "help") {
