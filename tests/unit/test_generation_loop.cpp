@@ -2,6 +2,7 @@
 // tokens each reply gets, how a batch refills, why a reply stops.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -210,4 +211,33 @@ TEST_CASE("generation loop: a model error ends the loop; no sequence took the fa
   CHECK(a.context.size() == 4 + 3);
   CHECK(b.context.size() == 6 + 3);
   CHECK(stats.decoded_tokens == 6);
+}
+
+TEST_CASE("generation loop: a cancelled reply ends before its next token; the others go on") {
+  const SamplingOptions sampling = greedy(30);
+  ScriptedModel model;
+  model.length = {{1, 100}, {2, 100}};
+  std::vector<SequenceState> states(3);
+  bool cancel = false;
+  int pieces = 0;
+  std::vector<std::unique_ptr<Reply>> running;
+  running.push_back(started(model, 1, states[1], 4, sampling, [&](const std::string&) {
+    if (++pieces == 3) cancel = true;  // e.g. the client went away after its third piece
+    return true;
+  }));
+  running.back()->set_cancel([&] { return cancel; });
+  running.push_back(started(model, 2, states[2], 6, sampling));
+  std::map<int64_t, std::unique_ptr<Reply>> done;
+  GenerationStats stats;
+  generate_replies(model, std::move(running), {}, [&](std::unique_ptr<Reply> r) { done[r->sequence()] = std::move(r); },
+                   stats);
+  REQUIRE(done.size() == 2);
+  CHECK(done[1]->stop_reason() == "interrupted");
+  CHECK(done[1]->tokens() == std::vector<int32_t>(expected_tokens(1, 4, 100, 3)));
+  CHECK(done[2]->stop_reason() == "length");
+  CHECK(done[2]->tokens() == expected_tokens(2, 6, 100, 30));
+  // Sequence 1 was fed its three tokens, then left the decode calls.
+  int64_t calls_with_1 = 0;
+  for (const auto& call : model.calls) calls_with_1 += std::count(call.begin(), call.end(), 1);
+  CHECK(calls_with_1 == 3);
 }

@@ -25,6 +25,10 @@ Reply::Reply(const SamplingOptions& sampling, const Tokenizer& tokenizer, int64_
 
 std::optional<int32_t> Reply::next(int64_t room) {
   if (int64_t(tokens_.size()) >= sampling_.max_new_tokens) return std::nullopt;
+  if (cancelled_ && cancelled_()) {
+    stop_reason_ = "interrupted";
+    return std::nullopt;
+  }
   const int32_t token = sampler_.next(logits_.data(), int64_t(logits_.size()), state_.context, tokens_);
   if (ttft_s_ == 0) ttft_s_ = seconds_since(t_start_);
   if (!sampling_.ignore_eos && sampler_.is_eos(token)) {

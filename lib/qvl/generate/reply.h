@@ -45,6 +45,9 @@ class Reply {
   void fed(int32_t token, const float* logits, int64_t vocab);
   // Flushes the text held back for an incomplete UTF-8 sequence; the reply is over.
   void finish();
+  // Asked before each token: true ends the reply there, as "interrupted" (a
+  // server's client that went away, a time limit).
+  void set_cancel(std::function<bool()> cancelled) { cancelled_ = std::move(cancelled); }
 
   int64_t sequence() const { return sequence_; }
   int64_t next_position() const { return state_.next_position; }
@@ -69,6 +72,7 @@ class Reply {
   SequenceState& state_;
   std::vector<float> logits_;
   TextCallback on_text_;
+  std::function<bool()> cancelled_;
   Clock::time_point t_start_, t_decode_;
   std::string text_;
   std::vector<int32_t> tokens_;
