@@ -106,6 +106,21 @@ struct BatchRequest {
   uint64_t tag = 0;                     // handed back with the result
   std::vector<Message> turn;
   std::vector<PatchifiedImage> images;  // preprocessed, one per image part of `turn`
+  // A server's requests each bring their own: sampling (else the batch's),
+  // the text as it is generated, and a flag asked before every token (true:
+  // the reply ends there, "interrupted", and its sequence is free).
+  std::optional<SamplingOptions> sampling;
+  TextCallback on_text;
+  std::function<bool()> cancelled;
+};
+
+// Where Session::serve_batch gets requests: unlike ask_batch's, a source can
+// have none right now while more will come.
+struct RequestSource {
+  std::function<std::optional<BatchRequest>()> poll;  // a request ready now, else nullopt
+  // Called while nothing runs: blocks until poll() has a request (true) or
+  // none will ever come (false).
+  std::function<bool()> wait;
 };
 
 struct BatchResult {
@@ -140,6 +155,10 @@ class Session {
   // start, in order of completion. The conversation of ask() is untouched.
   void ask_batch(int64_t batch, const std::function<std::optional<BatchRequest>()>& next_request,
                  const SamplingOptions& sampling, const std::function<void(BatchResult)>& on_result);
+  // ask_batch for a server: runs until the source has no more, taking new
+  // requests between decode steps whenever a sequence is free. Each request
+  // needs its own sampling.
+  void serve_batch(int64_t batch, const RequestSource& source, const std::function<void(BatchResult)>& on_result);
 
   void reset();  // forget the conversation (the model stays loaded)
   SessionStats stats() const;
@@ -165,6 +184,12 @@ class Session {
   void warm_vision();
 
  private:
+  // ask_batch and serve_batch: next_request(idle, done) gives the next request
+  // to start (idle: no reply is running); nullopt with `done` set when none
+  // will ever come, without it when there is none for now.
+  void run_batch(int64_t batch, const std::function<std::optional<BatchRequest>(bool idle, bool& done)>& next_request,
+                 const std::function<void(BatchResult)>& on_result);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

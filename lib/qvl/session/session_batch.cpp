@@ -17,6 +17,27 @@ namespace qvl {
 
 void Session::ask_batch(int64_t batch, const std::function<std::optional<BatchRequest>()>& next_request,
                         const SamplingOptions& sampling, const std::function<void(BatchResult)>& on_result) {
+  run_batch(batch, [&](bool, bool& done) {
+    std::optional<BatchRequest> req = next_request();
+    if (!req) done = true;
+    else if (!req->sampling) req->sampling = sampling;
+    return req;
+  }, on_result);
+}
+
+void Session::serve_batch(int64_t batch, const RequestSource& source,
+                          const std::function<void(BatchResult)>& on_result) {
+  run_batch(batch, [&](bool idle, bool& done) -> std::optional<BatchRequest> {
+    if (idle && !source.wait()) {
+      done = true;
+      return std::nullopt;
+    }
+    return source.poll();
+  }, on_result);
+}
+
+void Session::run_batch(int64_t batch, const std::function<std::optional<BatchRequest>(bool, bool&)>& next_request,
+                        const std::function<void(BatchResult)>& on_result) {
   Impl& s = *impl_;
   at::NoGradGuard no_grad;
   if (batch < 1) throw Error("the batch size must be at least 1, got " + std::to_string(batch));
@@ -49,8 +70,10 @@ void Session::ask_batch(int64_t batch, const std::function<std::optional<BatchRe
         throw ContextFull("the prompt needs " + std::to_string(a.prompt_tokens) + " tokens but the context limit is " +
                           std::to_string(s.options.max_context) + "; raise --max-context or lower --max-pixels");
       s.decoder.reset_sequence(sequence);
+      if (!req.sampling) throw Error("a served request needs its own sampling options");
       std::unique_ptr<Reply> reply =
-          s.start_reply(sequence, states[size_t(sequence)], ids, req.images, a, sampling, t_start, {});
+          s.start_reply(sequence, states[size_t(sequence)], ids, req.images, a, *req.sampling, t_start, req.on_text);
+      if (req.cancelled) reply->set_cancel(req.cancelled);
       free_sequences.pop_back();
       tags[size_t(sequence)] = req.tag;
       return reply;
@@ -63,8 +86,10 @@ void Session::ask_batch(int64_t batch, const std::function<std::optional<BatchRe
 
   auto refill = [&](std::vector<std::unique_ptr<Reply>>& running) {
     while (!free_sequences.empty()) {
-      std::optional<BatchRequest> req = next_request();
-      if (!req) return false;
+      bool done = false;
+      std::optional<BatchRequest> req = next_request(running.empty(), done);
+      if (done) return false;
+      if (!req) return true;
       if (std::unique_ptr<Reply> reply = start(*req)) running.push_back(std::move(reply));
     }
     return true;
