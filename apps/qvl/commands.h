@@ -75,5 +75,6 @@ void register_export(CLI::App& app, int& exit_code);
 void register_ocr(CLI::App& app, int& exit_code);
 void register_chat(CLI::App& app, int& exit_code);
 void register_bench(CLI::App& app, int& exit_code);  // also the hidden bench-run
+void register_serve(CLI::App& app, int& exit_code);
 
 }  // namespace qvl::app

@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   register_ocr(app, exit_code);
   register_chat(app, exit_code);
   register_bench(app, exit_code);
+  register_serve(app, exit_code);
   register_docs(app);  // hidden: --print-man, --completion SHELL (after every command exists)
   // `qvl help [COMMAND]` and `qvl version` are what people type: the flags they mean.
   std::vector<std::string> args(argv, argv + argc);
