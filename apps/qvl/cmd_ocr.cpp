@@ -14,6 +14,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -328,6 +329,17 @@ std::vector<Message> ocr_turn(const OcrFlags& f, const std::string& path) {
 // SIGTERM stops a batch the way Ctrl-C does (the flag lives in common.cpp).
 void on_sigterm(int) { std::raise(SIGINT); }
 
+// What `-` got when it is not a list of paths (an image piped in by mistake),
+// or "" when it looks like one. File names may be any bytes but NUL, so only
+// an image's first bytes or a NUL give it away; the first 64 KiB decide.
+std::string binary_stdin_kind(const std::string& text) {
+  const size_t head = std::min<size_t>(text.size(), 64 * 1024);
+  const ImageFormat format = detect_image_format(reinterpret_cast<const uint8_t*>(text.data()), head);
+  if (format != ImageFormat::Unknown) return fmt::format("a {} image", image_format_name(format));
+  if (std::memchr(text.data(), '\0', head)) return "binary data (NUL bytes)";
+  return "";
+}
+
 std::vector<ScannedFile> collect_inputs(const OcrFlags& f) {
   std::vector<std::string> inputs;
   for (const std::string& in : f.inputs) {
@@ -335,7 +347,12 @@ std::vector<ScannedFile> collect_inputs(const OcrFlags& f) {
       inputs.push_back(in);
       continue;
     }
-    for (std::string& p : split_path_lines(read_stdin())) inputs.push_back(std::move(p));
+    const std::string text = read_stdin();
+    if (const std::string kind = binary_stdin_kind(text); !kind.empty())
+      throw Error(fmt::format("stdin holds {}, not a list of paths: qvl ocr - reads newline-separated paths (give "
+                              "an image file as a path argument)",
+                              kind));
+    for (std::string& p : split_path_lines(text)) inputs.push_back(std::move(p));
   }
   ScanOptions scan;
   scan.recursive = f.recursive;
@@ -387,8 +404,11 @@ class OcrRun {
     h.on_interrupt = [&bar, quiet](size_t in_flight) {
       if (quiet) return;
       bar.clear();
-      fmt::print(stderr, "qvl ocr: interrupted, finishing the {} file(s) started (Ctrl-C again to quit now)\n",
-                 in_flight);
+      if (in_flight == 0)
+        fmt::print(stderr, "qvl ocr: interrupted, stopping: no file is in progress\n");
+      else
+        fmt::print(stderr, "qvl ocr: interrupted, finishing the {} file(s) started (Ctrl-C again to quit now)\n",
+                   in_flight);
     };
     if (flags_.model.verbose && !quiet)
       h.on_computed = [&bar](const std::string& path, int page, const OcrAnswer& a, double ms) {

@@ -331,6 +331,10 @@ std::string resolve_model_dir_for_files(const std::string& flag_value) {
     const char* env = std::getenv("QVL_MODEL");
     dir = env && *env ? env : kDefaultModelDir;
   }
+  if (path_exists(dir) && !is_directory(dir))
+    throw Error(fmt::format("model folder '{}' is not a folder (a file of that name exists): pass --model DIR or set "
+                            "QVL_MODEL to the model's folder",
+                            dir));
   if (!is_directory(dir))
     throw Error(fmt::format(
         "model folder '{}' not found. Download it with:  huggingface-cli download Qwen/Qwen3-VL-2B-Instruct "

@@ -132,6 +132,9 @@ check "an unwritable output exits 1, checked before the (broken) model loads" \
 QVL_MODEL= "$QVL" ocr --model "$TMP/no-such-model" "$IN" > /dev/null 2> "$TMP/nomodel.err"
 check "a missing model exits 1 with download instructions" \
   "[ $? -eq 1 ] && grep -q 'huggingface-cli download' '$TMP/nomodel.err'"
+QVL_MODEL="$DATA/images/small.png" "$QVL" ocr "$IN" > /dev/null 2> "$TMP/filemodel.err"
+check "a model 'folder' that is a file exits 1 saying it is not a folder" \
+  "[ $? -eq 1 ] && grep -q 'small.png.* is not a folder' '$TMP/filemodel.err' && ! grep -q 'not found' '$TMP/filemodel.err' || dump '$TMP/filemodel.err'"
 ocr --resume "$IN" > /dev/null 2>&1
 check "--resume without --output is a usage error (2)" "[ $? -eq 2 ]"
 ocr --resume --force --output "$OUT" "$IN" > /dev/null 2>&1
@@ -152,6 +155,13 @@ check "... each copy has its own record with the original's text and tokens" \
 printf '%s\n' "$IN/small.png" "" "$DUP" "$IN/photo.jpg" | ocr -n 4 - > "$TMP/stdin.jsonl" 2>/dev/null
 check "'-' reads paths from stdin in order" \
   "python3 -c 'import json,sys; r=$records; sys.exit(0 if [x[\"file\"] for x in r]==[\"$IN/small.png\",\"$DUP/a.png\",\"$DUP/b.png\",\"$DUP/c.jpg\",\"$DUP/d.JPG\",\"$IN/photo.jpg\"] else 1)' '$TMP/stdin.jsonl'"
+
+# An image piped to '-' instead of a list of paths: one line saying so, exit 1, no records.
+ocr - < "$DATA/images/photo.jpg" > "$TMP/stdin-image.out" 2> "$TMP/stdin-image.err"
+check "an image on stdin for '-' exits 1 in one line naming what it is" \
+  "[ $? -eq 1 ] && [ \$(wc -l < '$TMP/stdin-image.err') -eq 1 ] && grep -q 'stdin holds a jpeg image, not a list of paths' '$TMP/stdin-image.err' && [ ! -s '$TMP/stdin-image.out' ] || dump '$TMP/stdin-image.err'"
+printf 'a.png\0b.png\0' | ocr - > "$TMP/stdin-nul.out" 2> "$TMP/stdin-nul.err"
+check "... and so do NUL-separated names" "[ $? -eq 1 ] && grep -q 'NUL bytes' '$TMP/stdin-nul.err' || dump '$TMP/stdin-nul.err'"
 
 # --- --batch: files answered together give the same records, in input order.
 # The list mixes good files, bad files and copies of files still in flight.
@@ -217,6 +227,8 @@ kill -INT $pid
 wait $pid
 rc=$?
 check "SIGINT stops the batch with exit 130" "[ $rc -eq 130 ] || { cat '$TMP/int.err'; false; }"
+check "... saying so, without counting 0 files as started" \
+  "grep -q 'interrupted' '$TMP/int.err' && ! grep -q 'finishing the 0 file' '$TMP/int.err' || dump '$TMP/int.err'"
 check "... after finishing its record: only whole lines, fewer than 24" \
   "python3 -c 'import json,sys; t=open(sys.argv[1]).read(); assert t.endswith(\"\\n\"); [json.loads(l) for l in t.splitlines()]' '$INT' && [ \$(lines '$INT') -lt 24 ]"
 ocr -n 8 --output "$INT" --resume "$MANY" 2>/dev/null
