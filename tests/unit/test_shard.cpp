@@ -91,6 +91,10 @@ TEST_CASE("--shard K/N, slurm and slurm/N") {
   CHECK(error_of("slurm", env_of({{"SLURM_ARRAY_TASK_ID", "0"}})).find("SLURM_ARRAY_TASK_COUNT is not set") !=
         std::string::npos);
   CHECK(error_of("1/1000001").find("number of shards") != std::string::npos);
+  const std::string no_tasks =
+      error_of("slurm", env_of({{"SLURM_ARRAY_TASK_ID", "0"}, {"SLURM_ARRAY_TASK_COUNT", "0"}}));
+  CHECK(no_tasks.find("SLURM_ARRAY_TASK_COUNT=0 is not a valid task count") != std::string::npos);
+  CHECK(no_tasks.find("--array") == std::string::npos);  // no advice to submit --array=0--1
 }
 
 TEST_CASE("a file's shard is SHA-256 of its relative path, the same on every machine") {

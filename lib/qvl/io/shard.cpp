@@ -62,6 +62,10 @@ ShardSpec parse_shard_spec(const std::string& text, const EnvLookup& env_lookup)
     return checked(k, n, text);
   }
   const int64_t n = number_from("SLURM_ARRAY_TASK_COUNT");
+  if (n < 1)
+    throw Error("--shard slurm: SLURM_ARRAY_TASK_COUNT=" + std::to_string(n) +
+                " is not a valid task count (an array has at least one task): give the number of shards with "
+                "--shard slurm/N");
   if (k >= n)
     throw Error("--shard slurm: SLURM_ARRAY_TASK_ID=" + std::to_string(k) + " is not below SLURM_ARRAY_TASK_COUNT=" +
                 std::to_string(n) + ": submit the array as --array=0-" + std::to_string(n - 1) +
