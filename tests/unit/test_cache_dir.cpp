@@ -72,6 +72,16 @@ TEST_CASE("model cache folder: then $QVL_CACHE_DIR, then beside the model, then 
   CHECK(is_dir(s.path + "/xdg/qvl/abc123"));
   ScopedEnv no_xdg("XDG_CACHE_HOME", nullptr);
   ScopedEnv home("HOME", (s.path + "/home").c_str());
+  // A home folder that is not there is never made: as if it could not be written.
+  CHECK_THROWS_WITH_AS(qvl::model_cache_dir("/proc/qvl-no-such-model", "abc123"),
+                       doctest::Contains((s.path + "/home does not exist").c_str()), qvl::Error);
+  CHECK_FALSE(is_dir(s.path + "/home"));
+  {
+    ScopedEnv gone_xdg("XDG_CACHE_HOME", (s.path + "/gone/.cache").c_str());
+    CHECK_THROWS_AS(qvl::model_cache_dir("/proc/qvl-no-such-model", "abc123"), qvl::Error);
+    CHECK_FALSE(is_dir(s.path + "/gone"));
+  }
+  ::mkdir((s.path + "/home").c_str(), 0755);
   CHECK(qvl::model_cache_dir("/proc/qvl-no-such-model", "abc123") == s.path + "/home/.cache/qvl/abc123");
   ScopedEnv no_home("HOME", nullptr);
   CHECK_THROWS_WITH_AS(qvl::model_cache_dir("/proc/qvl-no-such-model", "abc123"),
