@@ -1,19 +1,28 @@
 #!/usr/bin/env bash
 # Installs qvl's Debian dependencies (when run as root or with sudo) and builds
 # it into build/. Safe to run again: both steps are incremental.
+#
+#   scripts/setup.sh          what building and running qvl needs; builds the qvl binary
+#   scripts/setup.sh --test   also what the test command needs; builds every target
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+with_tests=0
+[ "${1:-}" = --test ] && with_tests=1
+
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
-  libtorch-dev python3-torch libopenblas0-pthread
+  libtorch-dev libopenblas0-pthread
   libcli11-dev libfmt-dev doctest-dev nlohmann-json3-dev
   libpng-dev libturbojpeg0-dev libjpeg62-turbo-dev
   libwebp-dev libtiff-dev libgif-dev libpoppler-cpp-dev
-  libutf8proc-dev libssl-dev libedit-dev
-  # Only for tests: the Slurm and GNU Parallel tests of `qvl ocr --shard` (they skip without them).
-  parallel munge slurmctld slurmd slurm-client
+  libutf8proc-dev libssl-dev libedit-dev libcpp-httplib-dev
 )
+# Only for the test command: python3 reads the CLI tests' JSON, curl talks to
+# `qvl serve`; Slurm's daemons and GNU Parallel back the tests of `qvl ocr
+# --shard`. None is needed to use qvl.
+TEST_PACKAGES=(python3 curl parallel munge slurmctld slurmd slurm-client)
+[ "$with_tests" -eq 1 ] && PACKAGES+=("${TEST_PACKAGES[@]}")
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -29,5 +38,7 @@ fi
 
 BUILD_TYPE="${QVL_BUILD_TYPE:-Release}"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" >&2
-cmake --build build -j "$(nproc)" >&2
+targets=(--target qvl)
+[ "$with_tests" -eq 1 ] && targets=()
+cmake --build build -j "$(nproc)" "${targets[@]}" >&2
 echo "setup: built build/apps/qvl" >&2

@@ -13,7 +13,7 @@
 # Extra arguments go to ctest (e.g. -R ask).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --test
 release_filter=()
 if [ "${QVL_SKIP_SANITIZE:-0}" != 1 ]; then
   scripts/test_sanitize.sh --cli
