@@ -132,10 +132,14 @@ int run_serve(const ServeFlags& f) {
     return httplib::Server::HandlerResponse::Handled;
   });
   // httplib's own refusals (413, 404) in OpenAI's error shape.
-  server.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
+  server.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, res.status, status_message(res.status), "", res.status == 413 ? "request_too_large" : "",
-               "invalid_request_error");
+    std::string message = status_message(res.status);
+    // httplib caps form-encoded bodies at 8 KB whatever --max-body-mb says:
+    // `curl -d` sends that content type unless told otherwise.
+    if (res.status == 413 && req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0)
+      message = "a form-encoded request body is limited to 8 KB: send it with 'Content-Type: application/json'";
+    send_error(res, res.status, message, "", res.status == 413 ? "request_too_large" : "", "invalid_request_error");
     return httplib::Server::HandlerResponse::Handled;
   }));
   server.Post("/v1/chat/completions", [&](const httplib::Request& req, httplib::Response& res) {

@@ -25,7 +25,7 @@ wait_ready() {
 }
 
 mkdir -p "$TMP/allowed"
-cp "$DATA/images/small.png" "$DATA/images/photo.jpg" "$TMP/"
+cp "$DATA/images/small.png" "$DATA/images/photo.jpg" "$DATA/images/wide_rgba.png" "$TMP/"
 cp "$DATA/images/small.png" "$TMP/allowed/"
 
 # The references: qvl ask, float32, greedy.
@@ -52,10 +52,11 @@ rc=$?
 check "--host 0.0.0.0 without --api-key exits 1" "[ $rc -eq 1 ]"
 check "... saying it needs --api-key" "grep -q -- '--api-key' '$TMP/open.err' || dump '$TMP/open.err'"
 
-# The main server: an API key, a folder for file:// images, a 1 MiB body limit.
+# The main server: an API key, a folder for file:// images, a 1 MiB body
+# limit, at most 100000 decoded pixels an image.
 PORT=$(free_port)
 "$QVL" serve --model "$MODEL" --dtype f32 --greedy -n "$N" --port "$PORT" --api-key sesame \
-  --allow-path "$TMP/allowed" --max-body-mb 1 > "$TMP/serve.out" 2> "$TMP/serve.err" &
+  --allow-path "$TMP/allowed" --max-body-mb 1 --max-image-pixels 100000 > "$TMP/serve.out" 2> "$TMP/serve.err" &
 SERVER=$!
 servers+=("$SERVER")
 check "the server answers /health once the model is loaded" "wait_ready $PORT $SERVER || dump '$TMP/serve.err'"
@@ -174,6 +175,8 @@ status, j = chat({**bodies["png"], "messages": [user("?", "https://example.com/c
 error_check("an https image URL", status, j, 400, code="unsupported_image_url")
 status, j = chat({**bodies["png"], "messages": [user("?", "data:image/png;base64,bm90IGFuIGltYWdl")]})
 error_check("a data: URI that is not an image", status, j, 400, param="messages")
+status, j = chat({**bodies["png"], "messages": [user("?", data_uri(f"{tmp}/wide_rgba.png", "image/png"))]})
+error_check("an image of 300000 pixels with --max-image-pixels 100000", status, j, 400, code="invalid_image")
 
 status, _, data = request("POST", "/v1/chat/completions", "{not json")
 error_check("a body that is not JSON", status, json.loads(data), 400, code="invalid_json")
@@ -234,6 +237,12 @@ status, headers, data = request("GET", "/", headers={})
 check("/ serves the chat page", status == 200 and b"/v1/chat/completions" in data and b"getReader" in data, status)
 sys.exit(1 if failed else 0)
 PY
+
+# `curl -d` sends a form-encoded body, which httplib caps at 8 KB: the error says what to do.
+head -c 9000 /dev/zero | tr '\0' x > "$TMP/form.txt"
+curl -s -H 'Authorization: Bearer sesame' "http://127.0.0.1:$PORT/v1/chat/completions" -d @"$TMP/form.txt" > "$TMP/form.out"
+check "a form-encoded body over 8 KB: 413 naming Content-Type: application/json" \
+  "grep -q 'Content-Type: application/json' '$TMP/form.out' && grep -q request_too_large '$TMP/form.out' || dump '$TMP/form.out'"
 
 # One slot and one queue place: the queue limit, a client that goes away,
 # and SIGTERM in the middle of a stream.
