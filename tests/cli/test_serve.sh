@@ -43,6 +43,9 @@ json.dump([{"role": "user", "content": [{"type": "image", "image": "small.png"},
            {"role": "user", "content": "And the colors?"}], open(f"{tmp}/two_turns.json", "w"))
 PY
 ask --messages "$TMP/two_turns.json" > "$TMP/ref_two_turns.json"
+# Sampled, not greedy: the request's temperature, top_p, top_k and seed must reach the sampler.
+"$QVL" ask --model "$MODEL" --dtype f32 -n "$N" --temperature 0.7 --top-p 0.9 --top-k 20 --seed 7 --json \
+  --image "$TMP/small.png" "What is in the image?" > "$TMP/ref_sampled.json" 2>> "$TMP/ask.err"
 check "qvl ask gives the four references" \
   "[ -s '$TMP/ref_png.json' ] && [ -s '$TMP/ref_jpeg.json' ] && [ -s '$TMP/ref_text.json' ] && [ -s '$TMP/ref_two_turns.json' ] || dump '$TMP/ask.err'"
 
@@ -145,6 +148,15 @@ for name, body in bodies.items():
               and usage["prompt_tokens"] == r["prompt_tokens"], f"{text!r} {finish} vs {r['text']!r}")
     except AssertionError as e:
         check(f"{name}: the stream is well formed", False, repr(e))
+
+# Per-request sampling equals qvl ask's with the same flags (the server itself is --greedy).
+sampled = json.load(open(f"{tmp}/ref_sampled.json"))
+body = {**bodies["png"], "temperature": 0.7, "top_p": 0.9, "top_k": 20, "seed": 7}
+status, j = chat(body)
+check("temperature, top_p, top_k and seed: the reply equals qvl ask's with those flags", status == 200
+      and j["choices"][0]["message"]["content"] == sampled["text"] != ref["png"]["text"], f"{j} vs {sampled['text']!r}")
+text, _, _ = stream(body)
+check("... streamed too", text == sampled["text"], f"{text!r} vs {sampled['text']!r}")
 
 # Stop strings cut the reply before the first of them, whole and streamed.
 t = ref["png"]["text"]
