@@ -48,10 +48,12 @@ bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
-// Equal strings, in a time that does not depend on where they first differ.
-bool same_secret(const std::string& a, const std::string& b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) diff |= uint8_t(a[i]) ^ uint8_t(b.empty() ? 0 : b[i % b.size()]);
+// Equal strings, in a time that does not depend on where they first differ
+// (only on the length), so a key cannot be guessed byte by byte from timings.
+bool same_secret(const std::string& given, const std::string& expected) {
+  if (given.size() != expected.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < given.size(); ++i) diff |= uint8_t(given[i]) ^ uint8_t(expected[i]);
   return diff == 0;
 }
 
