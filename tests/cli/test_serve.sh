@@ -207,6 +207,9 @@ for name, body, param in [
 ]:
     status, j = chat(body)
     error_check(name, status, j, 400, param=param)
+status, j = chat({**bodies["text"], "messages": [{"role": "user", "content": "hello " * 6000}]})
+error_check("a prompt longer than the context (4096 tokens)", status, j, 400, param="messages")
+check("... saying so", "context" in j.get("error", {}).get("message", ""), j)
 status, j = chat({**bodies["text"], "some_future_field": {"x": 1}})
 check("unknown fields are ignored", status == 200 and j["choices"][0]["message"]["content"] == ref["text"]["text"], j)
 
