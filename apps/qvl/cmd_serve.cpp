@@ -144,6 +144,17 @@ int run_serve(const ServeFlags& f) {
     send_error(res, res.status, message, "", res.status == 413 ? "request_too_large" : "", "invalid_request_error");
     return httplib::Server::HandlerResponse::Handled;
   }));
+  // A handler's unexpected exception: a 500 in the same shape, the server goes on.
+  server.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
+    std::string message = "internal error";
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      message = e.what();
+    } catch (...) {
+    }
+    send_error(res, 500, message, "", "", "server_error");
+  });
   server.Post("/v1/chat/completions", [&](const httplib::Request& req, httplib::Response& res) {
     handle_chat_completion(chat, req, res);
   });
