@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -106,6 +107,22 @@ void record_tokens(serve::ServeMetrics& metrics, const BatchResult& result) {
 // nginx's status for a request whose client closed the connection first.
 constexpr int kClientClosed = 499;
 
+// Waits until ready() holds (asked under the job's lock); false, and the
+// reply cancelled, when the client goes away meanwhile.
+bool wait_while_connected(Job& job, httplib::DataSink& sink, const std::function<bool()>& ready) {
+  std::unique_lock<std::mutex> lock(job.mutex);
+  while (!job.changed.wait_for(lock, std::chrono::milliseconds(100), ready)) {
+    lock.unlock();  // the check may wait for the socket: the scheduler must not wait for it
+    const bool connected = sink.is_writable();
+    lock.lock();
+    if (!connected) {
+      job.client_gone = true;
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 void send_error(httplib::Response& res, int status, const std::string& message, const std::string& param,
@@ -191,26 +208,41 @@ void handle_chat_completion(const ChatContext& ctx, const httplib::Request& req,
   const std::string id = completion_id();
   const int64_t created = unix_now();
 
+  // Both kinds of reply are sent by a content provider on this thread, which
+  // can tell while it waits that the client went away.
+  const std::string model = ctx.model_id;
+  auto released = [job, metrics = ctx.metrics](bool success) {
+    if (success) {
+      metrics->request_done(200);
+    } else {
+      job->client_gone = true;
+      metrics->request_done(kClientClosed);
+    }
+  };
   if (!request.stream) {
-    std::unique_lock<std::mutex> lock(job->mutex);
-    job->changed.wait(lock, [&] { return bool(job->result); });
-    const json body = {
-        {"id", id},
-        {"object", "chat.completion"},
-        {"created", created},
-        {"model", ctx.model_id},
-        {"choices",
-         {{{"index", 0},
-           {"message", {{"role", "assistant"}, {"content", job->unsent}}},
-           {"finish_reason", finish_reason(*job)}}}},
-        {"usage", usage_json(job->result->answer)}};
-    ctx.metrics->request_done(200);
-    res.set_content(dump(body), "application/json");
+    res.set_chunked_content_provider(
+        "application/json",
+        [job, id, created, model](size_t, httplib::DataSink& sink) {
+          if (!wait_while_connected(*job, sink, [&] { return bool(job->result); })) return false;
+          const json body = {{"id", id},
+                             {"object", "chat.completion"},
+                             {"created", created},
+                             {"model", model},
+                             {"choices",
+                              {{{"index", 0},
+                                {"message", {{"role", "assistant"}, {"content", job->unsent}}},
+                                {"finish_reason", finish_reason(*job)}}}},
+                             {"usage", usage_json(job->result->answer)}};
+          const std::string text = dump(body);
+          if (!sink.write(text.data(), text.size())) return false;
+          sink.done();
+          return true;
+        },
+        released);
     return;
   }
 
   res.set_header("Cache-Control", "no-cache");
-  const std::string model = ctx.model_id;
   auto chunk = [id, created, model](const json& delta, const json& finish, const json& usage = nullptr) {
     json event = {{"id", id},
                   {"object", "chat.completion.chunk"},
@@ -231,11 +263,11 @@ void handle_chat_completion(const ChatContext& ctx, const httplib::Request& req,
         };
         if (!send(chunk({{"role", "assistant"}, {"content", ""}}, nullptr))) return false;
         while (true) {
+          if (!wait_while_connected(*job, sink, [&] { return !job->unsent.empty() || job->result; })) return false;
           std::string text;
           bool over = false;
           {
-            std::unique_lock<std::mutex> lock(job->mutex);
-            job->changed.wait(lock, [&] { return !job->unsent.empty() || job->result; });
+            std::lock_guard<std::mutex> lock(job->mutex);
             text.swap(job->unsent);
             over = bool(job->result);
           }
@@ -248,14 +280,7 @@ void handle_chat_completion(const ChatContext& ctx, const httplib::Request& req,
         sink.done();
         return true;
       },
-      [job, metrics = ctx.metrics](bool success) {
-        if (success) {
-          metrics->request_done(200);
-        } else {
-          job->client_gone = true;
-          metrics->request_done(kClientClosed);
-        }
-      });
+      released);
 }
 
 }  // namespace qvl::app

@@ -325,6 +325,25 @@ m = metrics()
 check("... the abandoned stream was cut short (client-closed status, far fewer than 4000 tokens)",
       m.get('qvl_requests_total{status="499"}') == 1 and m["qvl_completion_tokens_total"] < 3000 and m["qvl_requests_running"] == 0, m)
 
+# The same for a reply sent whole: a client gone while it waits cancels it.
+def long_request(stream):
+    s = socket.create_connection(("127.0.0.1", port), timeout=60)
+    body = json.dumps({"messages": [{"role": "user", "content": "Tell a long story"}], "max_tokens": 4000, "stream": stream})
+    s.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+    return s
+before = metrics()["qvl_completion_tokens_total"]
+whole = long_request(False)
+check("a long reply sent whole is running", wait_for(lambda: metrics().get("qvl_requests_running") == 1), metrics())
+whole.close()
+check("... the client going away ends it: the slot is free again", wait_for(lambda: metrics().get("qvl_requests_running") == 0, 10), metrics())
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+c.request("POST", "/v1/chat/completions", json.dumps({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}))
+r = c.getresponse()
+m = metrics()
+check("... a following request completes, the abandoned reply cut short", r.status == 200 and json.loads(r.read())["choices"]
+      and m.get('qvl_requests_total{status="499"}') == 2 and m["qvl_completion_tokens_total"] - before < 3000, m)
+
 # SIGTERM during a stream: the stream still ends properly, the server exits within the grace period.
 s = open_stream()
 t0 = time.time()
