@@ -11,6 +11,10 @@
 #include <string>
 #include <vector>
 
+#include <webp/decode.h>
+#include <webp/encode.h>
+#include <webp/mux.h>
+
 #include "qvl/error.h"
 #include "qvl/image/decode.h"
 #include "qvl/io/safetensors.h"
@@ -173,8 +177,71 @@ TEST_CASE("single-image formats have one page") {
   }
 }
 
+namespace {
+// A lossless animated WebP of the given RGB frames (width x height each), 100 ms apiece.
+std::vector<uint8_t> animated_webp(int width, int height, const std::vector<std::vector<uint8_t>>& frames) {
+  WebPAnimEncoderOptions options;
+  REQUIRE(WebPAnimEncoderOptionsInit(&options));
+  WebPAnimEncoder* encoder = WebPAnimEncoderNew(width, height, &options);
+  REQUIRE(encoder);
+  WebPConfig config;
+  REQUIRE(WebPConfigInit(&config));
+  config.lossless = 1;
+  int timestamp_ms = 0;
+  for (const std::vector<uint8_t>& rgb : frames) {
+    WebPPicture picture;
+    REQUIRE(WebPPictureInit(&picture));
+    picture.width = width;
+    picture.height = height;
+    picture.use_argb = 1;
+    REQUIRE(WebPPictureImportRGB(&picture, rgb.data(), width * 3));
+    CHECK(WebPAnimEncoderAdd(encoder, &picture, timestamp_ms, &config));
+    WebPPictureFree(&picture);
+    timestamp_ms += 100;
+  }
+  CHECK(WebPAnimEncoderAdd(encoder, nullptr, timestamp_ms, nullptr));
+  WebPData assembled;
+  WebPDataInit(&assembled);
+  CHECK(WebPAnimEncoderAssemble(encoder, &assembled));
+  std::vector<uint8_t> bytes(assembled.bytes, assembled.bytes + assembled.size);
+  WebPDataClear(&assembled);
+  WebPAnimEncoderDelete(encoder);
+  return bytes;
+}
+}  // namespace
+
+TEST_CASE("an animated WebP is read as its first frame") {
+  const int width = 5, height = 3;
+  std::vector<uint8_t> first(width * height * 3), second(first.size());
+  for (size_t i = 0; i < first.size(); ++i) {
+    first[i] = uint8_t(i * 17);
+    second[i] = uint8_t(255 - i * 5);
+  }
+  const std::vector<uint8_t> bytes = animated_webp(width, height, {first, second});
+  WebPBitstreamFeatures features;
+  REQUIRE(WebPGetFeatures(bytes.data(), bytes.size(), &features) == VP8_STATUS_OK);
+  REQUIRE(features.has_animation);
+  const RgbImage image = decode_image(bytes.data(), bytes.size(), "two_frames.webp");
+  CHECK(image.width == width);
+  CHECK(image.height == height);
+  CHECK(image.pixels == first);
+  // Its canvas is held to the pixel limit like a still image.
+  ImageLimits small;
+  small.max_pixels = width * height - 1;
+  try {
+    decode_image(bytes.data(), bytes.size(), "two_frames.webp", small);
+    FAIL("the limit was not applied");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("image is 5x3") != std::string::npos);
+  }
+  // PIL's two-frame sample: its canvas, as large as the still samples.
+  const RgbImage sample_frame = decode_image_file(sample("animated.webp"));
+  const RgbImage still = decode_image_file(sample("lossy.webp"));
+  CHECK(sample_frame.width == still.width);
+  CHECK(sample_frame.height == still.height);
+}
+
 TEST_CASE("refused layouts say what they are") {
-  CHECK(decode_error(sample("animated.webp")).find("animated WebP is not supported") != std::string::npos);
   CHECK(decode_error(sample("rle8.bmp")).find("RLE-compressed BMP is not supported") != std::string::npos);
 }
 

@@ -1,7 +1,7 @@
 // Image files to 8-bit RGB, pixel for pixel what the reference gets from
 // PIL: Image.open, ImageOps.exif_transpose, convert("RGB").
 //
-// PNG, JPEG, WebP (still), TIFF (a page is a directory), BMP (uncompressed and
+// PNG, JPEG, WebP (first frame), TIFF (a page is a directory), BMP (uncompressed and
 // bit fields; RLE refused), GIF (first frame) and PDF (a page rendered at a dpi,
 // on white; PIL does not read PDF, the reference there is pdftoppm). Where qvl
 // deliberately differs from PIL 9.4: a TIFF orientation tag is applied once

@@ -1,12 +1,15 @@
 // WebP with libwebp: lossy, lossless, with or without alpha. Colour is decoded
 // straight to RGB, which is PIL's RGBA decode with the alpha dropped (the RGB
 // values under transparent pixels are whatever the file stores, as in PIL).
-// Animated files are refused: their first frame is a canvas composition that
-// needs the demuxer, and a still picture is what users mean to send.
+// An animated file is read as its first frame, as PIL and qvl's GIF reader do:
+// libwebp's animation decoder composes it onto the canvas (transparent where
+// the frame does not cover it, which the dropped alpha leaves black).
 #include <fmt/core.h>
 #include <webp/decode.h>
+#include <webp/demux.h>
 
 #include <cstring>
+#include <memory>
 
 #include "qvl/error.h"
 #include "qvl/image/format_decoders.h"
@@ -43,6 +46,31 @@ const char* status_text(VP8StatusCode status) {
   }
 }
 
+// The canvas after the first frame, RGBA, with the alpha dropped.
+RgbImage first_frame(const uint8_t* data, size_t size, const std::string& name) {
+  WebPAnimDecoderOptions options;
+  if (!WebPAnimDecoderOptionsInit(&options)) throw Error(fmt::format("{}: cannot initialise the WebP decoder", name));
+  options.color_mode = MODE_RGBA;
+  options.use_threads = 0;
+  const WebPData whole = {data, size};
+  std::unique_ptr<WebPAnimDecoder, void (*)(WebPAnimDecoder*)> decoder(WebPAnimDecoderNew(&whole, &options),
+                                                                       WebPAnimDecoderDelete);
+  WebPAnimInfo info;
+  if (!decoder || !WebPAnimDecoderGetInfo(decoder.get(), &info))
+    throw Error(fmt::format("{}: corrupt or truncated animated WebP", name));
+  uint8_t* canvas = nullptr;
+  int timestamp = 0;
+  if (!WebPAnimDecoderGetNext(decoder.get(), &canvas, &timestamp))
+    throw Error(fmt::format("{}: corrupt or truncated animated WebP (its first frame cannot be read)", name));
+  RgbImage image;
+  image.width = info.canvas_width;
+  image.height = info.canvas_height;
+  const size_t pixels = size_t(image.width) * size_t(image.height);
+  image.pixels.resize(pixels * 3);
+  for (size_t i = 0; i < pixels; ++i) std::memcpy(&image.pixels[3 * i], canvas + 4 * i, 3);
+  return image;
+}
+
 }  // namespace
 
 RgbImage decode_webp(const uint8_t* data, size_t size, const std::string& name, const ImageLimits& limits,
@@ -50,9 +78,13 @@ RgbImage decode_webp(const uint8_t* data, size_t size, const std::string& name, 
   WebPBitstreamFeatures features;
   const VP8StatusCode status = WebPGetFeatures(data, size, &features);
   if (status != VP8_STATUS_OK) throw Error(fmt::format("{}: invalid WebP: {}", name, status_text(status)));
-  if (features.has_animation)
-    throw Error(fmt::format("{}: animated WebP is not supported (save one frame as a still image)", name));
+  // An animated file's features are its canvas size, which its first frame fills.
   check_pixel_limit(features.width, features.height, name, limits);
+  if (features.has_animation) {
+    RgbImage image = first_frame(data, size, name);
+    *orientation = webp_orientation(data, size);
+    return image;
+  }
 
   RgbImage image;
   image.width = features.width;
