@@ -5,6 +5,7 @@
 #include <fmt/core.h>
 #include <httplib.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -88,8 +89,12 @@ int run_serve(const ServeFlags& f) {
 
   // SIGTERM and SIGINT only raise a flag, whichever thread takes them (BLAS
   // threads started before this too); the watcher thread below acts on it.
+  // A second one ends the process at once, as Ctrl-C usually does.
   struct sigaction action {};
-  action.sa_handler = [](int sig) { g_stop_signal = sig; };
+  action.sa_handler = [](int sig) {
+    if (g_stop_signal != 0) _exit(128 + sig);
+    g_stop_signal = sig;
+  };
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
   sigaction(SIGTERM, &action, nullptr);
