@@ -8,7 +8,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <map>
+#include <cstdio>
+#include <iterator>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <webp/decode.h>
@@ -312,6 +315,65 @@ TEST_CASE("hostile page counts: bounded, quick, and no allocation per page") {
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   CHECK(seconds < 20 * test::time_scale());  // a few seconds on a busy 2-core machine; a hang would be minutes
+}
+
+namespace {
+// A one-page PDF (an empty page) whose page object has this MediaBox text.
+std::vector<uint8_t> one_page_pdf(const std::string& media_box) {
+  const std::string objects[] = {
+      "<< /Type /Catalog /Pages 2 0 R >>",
+      "<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+      "<< /Type /Page /Parent 2 0 R /MediaBox " + media_box + " >>",
+  };
+  std::string out = "%PDF-1.4\n";
+  std::vector<size_t> offsets;
+  for (size_t i = 0; i < std::size(objects); ++i) {
+    offsets.push_back(out.size());
+    out += std::to_string(i + 1) + " 0 obj\n" + objects[i] + "\nendobj\n";
+  }
+  const size_t xref = out.size();
+  out += "xref\n0 4\n0000000000 65535 f \n";
+  for (size_t offset : offsets) {
+    char entry[32];
+    std::snprintf(entry, sizeof entry, "%010zu 00000 n \n", offset);
+    out += entry;
+  }
+  out += "trailer\n<< /Size 4 /Root 1 0 R >>\nstartxref\n" + std::to_string(xref) + "\n%%EOF\n";
+  return std::vector<uint8_t>(out.begin(), out.end());
+}
+
+std::string pdf_error(const std::string& media_box) {
+  const std::vector<uint8_t> pdf = one_page_pdf(media_box);
+  DecodeRequest request;
+  request.pdf_dpi = 72;
+  try {
+    decode_image(pdf.data(), pdf.size(), "box.pdf", {}, request);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+}  // namespace
+
+TEST_CASE("a PDF page whose MediaBox poppler cannot use is an error, not a US Letter page") {
+  // poppler reads each of these as 612 x 792 points without a word.
+  for (const char* box : {"[0 0 0 0]", "[0 0 1e30 1e30]", "[0 0 a b]", "[0 0 612]"}) {
+    CAPTURE(box);
+    CHECK(pdf_error(box) == std::string("box.pdf: PDF page 1 has no usable MediaBox (") + box +
+                                "); qvl will not guess its size");
+  }
+  // A page that is Letter, or any other readable size, renders at that size.
+  DecodeRequest request;
+  request.pdf_dpi = 72;
+  for (const auto& [box, width, height] :
+       {std::tuple<const char*, int, int>{"[0 0 612 792]", 612, 792}, {"[ 0 0 612.0 792 ]", 612, 792},
+        {"[-5 10 195 110]", 200, 100}}) {
+    CAPTURE(box);
+    const std::vector<uint8_t> pdf = one_page_pdf(box);
+    const RgbImage image = decode_image(pdf.data(), pdf.size(), "box.pdf", {}, request);
+    CHECK(image.width == width);
+    CHECK(image.height == height);
+  }
 }
 
 TEST_CASE("hostile files in tests/data/bad are refused in one line naming the file") {

@@ -28,6 +28,7 @@
 #include <poppler-page.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -38,6 +39,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "qvl/error.h"
 #include "qvl/image/format_decoders.h"
@@ -270,6 +272,89 @@ RgbImage render_in_child(poppler::page& page, int dpi, int64_t expected_width, i
   return image;
 }
 
+// poppler gives a page whose MediaBox it cannot use ([0 0 0 0], fewer than four
+// numbers, a number it cannot parse such as 1e30, or none at all) the US Letter
+// size without a word, and poppler-cpp does not say where a page's size came
+// from. So a page poppler makes exactly Letter is believed only if the file
+// spells out a Letter-sized box (or hides its boxes where we cannot look: in
+// object streams, or behind references); otherwise the size is a guess, and an
+// answer about a guessed page would be silently wrong.
+bool is_poppler_default_box(const poppler::rectf& box) {
+  return box.x() == 0 && box.y() == 0 && box.width() == 612 && box.height() == 792;
+}
+
+// A PDF number as poppler reads one: a sign, digits and at most one point; no exponent.
+bool parse_pdf_number(const std::string& token, double* value) {
+  size_t digits = 0, points = 0;
+  for (size_t i = 0; i < token.size(); ++i) {
+    const char c = token[i];
+    if (c >= '0' && c <= '9') ++digits;
+    else if (c == '.') ++points;
+    else if (!((c == '-' || c == '+') && i == 0)) return false;
+  }
+  if (digits == 0 || points > 1) return false;
+  *value = std::strtod(token.c_str(), nullptr);
+  return std::isfinite(*value);
+}
+
+// The text after a "/MediaBox" key: an array up to its "]", or a short run up
+// to the next key, whichever the file has.
+std::string box_text_at(const char* at, const char* end) {
+  while (at < end && std::isspace(static_cast<unsigned char>(*at))) ++at;
+  const char* stop = at;
+  const char closing = at < end && *at == '[' ? ']' : '/';
+  while (stop < end && stop - at < 200 && *stop != closing && *stop != '>') ++stop;
+  if (closing == ']' && stop < end && *stop == ']') ++stop;
+  std::string text(at, stop);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+  return text;
+}
+
+// Whether a box's text reads, as poppler would read it, as four numbers, not all zero.
+bool read_box(const std::string& text, double* width, double* height) {
+  if (text.size() < 2 || text.front() != '[' || text.back() != ']') return false;
+  std::vector<double> numbers;
+  size_t at = 1;
+  while (at < text.size() - 1) {
+    const size_t start = text.find_first_not_of(" \t\r\n\f", at);
+    if (start >= text.size() - 1) break;
+    const size_t stop = std::min(text.find_first_of(" \t\r\n\f]", start), text.size() - 1);
+    double value = 0;
+    if (!parse_pdf_number(text.substr(start, stop - start), &value)) return false;
+    numbers.push_back(value);
+    at = stop;
+  }
+  if (numbers.size() != 4 || (numbers[0] == 0 && numbers[1] == 0 && numbers[2] == 0 && numbers[3] == 0)) return false;
+  *width = std::fabs(numbers[2] - numbers[0]);
+  *height = std::fabs(numbers[3] - numbers[1]);
+  return true;
+}
+
+// Empty when the file may well hold the Letter box poppler gave a page; else
+// what the file says instead (its first unusable box, or that it has none).
+std::string guessed_page_size(const uint8_t* data, size_t size) {
+  const char* begin = reinterpret_cast<const char*>(data);
+  const char* end = begin + size;
+  const std::string key = "/MediaBox", object_stream = "/ObjStm";
+  if (std::search(begin, end, object_stream.begin(), object_stream.end()) != end) return "";
+  std::string first_unusable;
+  bool any = false;
+  for (const char* at = std::search(begin, end, key.begin(), key.end()); at != end;
+       at = std::search(at + key.size(), end, key.begin(), key.end())) {
+    any = true;
+    const std::string text = box_text_at(at + key.size(), end);
+    double width = 0, height = 0;
+    if (text.empty() || text.front() != '[') return "";  // a reference: poppler may have read anything
+    if (!read_box(text, &width, &height)) {
+      if (first_unusable.empty()) first_unusable = text;
+    } else if (width == 612 && height == 792) {
+      return "";
+    }
+  }
+  if (!any) return "the file has none";
+  return first_unusable.empty() ? "the page has none" : first_unusable;
+}
+
 }  // namespace
 
 int pdf_page_count(const uint8_t* data, size_t size, const std::string& name, const ImageLimits& limits) {
@@ -291,6 +376,12 @@ RgbImage decode_pdf(const uint8_t* data, size_t size, const std::string& name, c
   const std::unique_ptr<poppler::page> page(doc->create_page(request.page - 1));
   if (!page) throw Error(fmt::format("{}: cannot read PDF page {}{}", name, request.page, poppler_reason()));
 
+  if (is_poppler_default_box(page->page_rect(poppler::media_box))) {
+    const std::string instead = guessed_page_size(data, size);
+    if (!instead.empty())
+      throw Error(fmt::format("{}: PDF page {} has no usable MediaBox ({}); qvl will not guess its size", name,
+                              request.page, instead));
+  }
   // The renderer draws the crop box, turned by /Rotate; Splash rounds each side to whole pixels.
   const poppler::rectf box = page->page_rect(poppler::crop_box);
   double width_pt = box.width(), height_pt = box.height();
