@@ -92,6 +92,7 @@ void ServeScheduler::run() {
   if (options_.on_thread_start) options_.on_thread_start();
   try {
     session_ = std::make_unique<Session>(options_.session);
+    if (options_.warm_vision) session_->warm_vision();
   } catch (const std::exception& e) {
     std::lock_guard<std::mutex> lock(mutex_);
     load_error_ = e.what();

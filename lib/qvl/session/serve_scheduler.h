@@ -27,6 +27,9 @@ class ServeScheduler {
     int64_t parallel = 4;  // replies generated at once
     int64_t queue = 16;    // requests waiting beyond those
     std::function<void()> on_thread_start;  // e.g. the process's thread set-up, on the scheduler's thread
+    // Load the vision encoder before ready() too, so that the first image
+    // does not hold up the replies running beside it.
+    bool warm_vision = true;
   };
   using Done = std::function<void(BatchResult)>;
   enum class Submitted { Ok, QueueFull, Closed, NotReady };
