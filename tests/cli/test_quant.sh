@@ -120,6 +120,98 @@ check "the rebuilt int4 cache answers as before" \
   "python3 -c 'import json,sys; a=json.load(open(\"$TMP/rebuilt4.out\")); b=json.load(open(\"$TMP/one_image.int4.out\")); sys.exit(0 if a[\"tokens\"]==b[\"tokens\"] else 1)'"
 check "the rebuilt int4 cache is whole again" "[ \$(stat -c %s '$CACHE4') -gt 3000 ]"
 
+# ---------------------------------------------------------------- caches prove their contents
+# Each cache file carries checksums of its header (which names the checkpoint)
+# and of every block: bytes flipped in the middle are found, the file is
+# rebuilt with a note, and the answer is a fresh cache's.
+# flip_middle FILE: inverts 64 bytes in the middle of FILE (blocks are 64-byte
+# aligned, so at least one flipped byte is a matrix's, not padding).
+flip_middle() {
+  python3 - "$1" <<'PY'
+import os, sys
+path = sys.argv[1]
+middle = os.path.getsize(path) // 2
+with open(path, "r+b") as f:
+    f.seek(middle)
+    chunk = f.read(64)
+    f.seek(middle)
+    f.write(bytes(b ^ 0xff for b in chunk))
+PY
+}
+same_tokens() {
+  python3 -c 'import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2])); sys.exit(0 if a["tokens"]==b["tokens"] else 1)' "$1" "$2"
+}
+flip_middle "$(int8_cache)"
+"$QVL" ask --model "$MODEL" --messages "$TMP/one_image.json" --greedy -n 16 --quant int8 --json \
+  > "$TMP/flip8.out" 2> "$TMP/flip8.err"
+check "a flipped int8 cache: rebuilt with one note naming the checksum" \
+  "[ \$(grep -c 'rebuilding the int8 weight cache .*decoder-int8.*checksum' '$TMP/flip8.err') -eq 1 ] || dump '$TMP/flip8.err'"
+check "a flipped int8 cache: the answer of a fresh cache" "same_tokens '$TMP/flip8.out' '$TMP/one_image.int8.out'"
+flip_middle "$(int4_cache)"
+"$QVL" ask --model "$MODEL" --messages "$TMP/one_image.json" --greedy -n 16 --quant int4 --json \
+  > "$TMP/flip4.out" 2> "$TMP/flip4.err"
+check "a flipped int4 cache: rebuilt with one note naming the checksum" \
+  "[ \$(grep -c 'rebuilding the int4 weight cache .*decoder-int4.*checksum' '$TMP/flip4.err') -eq 1 ] || dump '$TMP/flip4.err'"
+check "a flipped int4 cache: the answer of a fresh cache" "same_tokens '$TMP/flip4.out' '$TMP/one_image.int4.out'"
+flip_middle "$(vision_cache)"
+"$QVL" ask --model "$MODEL" --messages "$TMP/system_image.json" --greedy -n 16 --quant int8 --json \
+  --prompt-cache "$TMP/prompts-vflip" > "$TMP/vflip.out" 2> "$TMP/vflip.err"
+check "a flipped vision cache: rebuilt with one note naming the checksum" \
+  "[ \$(grep -c 'rebuilding the int8 weight cache .*vision-mergers-int8.*checksum' '$TMP/vflip.err') -eq 1 ] || dump '$TMP/vflip.err'"
+check "a flipped vision cache: the answer of a fresh cache" "same_tokens '$TMP/vflip.out' '$TMP/system_image.int8.out'"
+
+# Model B: the tiny model with one decoder weight changed. Model A's int8
+# cache, its tag edited to name B's checkpoint and saved under B's file name,
+# is not used for B.
+MODEL_B="$TMP/model-b"
+mkdir -p "$MODEL_B" && cp "$MODEL"/* "$MODEL_B"/
+python3 - "$MODEL_B" <<'PY'
+import json, struct, sys
+d = sys.argv[1]
+name = "model.language_model.layers.0.mlp.down_proj.weight"
+shard = f"{d}/{json.load(open(f'{d}/model.safetensors.index.json'))['weight_map'][name]}"
+blob = bytearray(open(shard, "rb").read())
+n = struct.unpack("<Q", blob[:8])[0]
+begin, end = json.loads(blob[8:8 + n])[name]["data_offsets"]
+for i in range(8 + n + begin, 8 + n + end, 2):  # bf16: negate every value
+    blob[i + 1] ^= 0x80
+open(shard, "wb").write(blob)
+PY
+"$QVL" ask --model "$MODEL_B" --messages "$TMP/one_image.json" --greedy -n 16 --quant int8 --json \
+  > "$TMP/b_fresh.out" 2> "$TMP/b_fresh.err"
+check "model B builds its own int8 cache" "grep -q 'quantizing the decoder weights to int8' '$TMP/b_fresh.err' || dump '$TMP/b_fresh.err'"
+A_CACHE=$(ls -tr "$QVL_CACHE_DIR"/decoder-int8-*.bin | head -n 1)
+B_CACHE=$(ls -t "$QVL_CACHE_DIR"/decoder-int8-*.bin | head -n 1)
+python3 - "$A_CACHE" "$B_CACHE" "$TMP/forged" <<'PY'
+import re, sys
+fingerprint = lambda path: re.search(r"decoder-int8-([0-9a-f]{16})-", path).group(1)
+a, b = fingerprint(sys.argv[1]), fingerprint(sys.argv[2])
+assert a != b
+blob = open(sys.argv[1], "rb").read()
+assert blob.count(a.encode()) == 1
+open(sys.argv[3], "wb").write(blob.replace(a.encode(), b.encode()))
+PY
+cp "$TMP/forged" "$B_CACHE"
+"$QVL" ask --model "$MODEL_B" --messages "$TMP/one_image.json" --greedy -n 16 --quant int8 --json \
+  > "$TMP/b_forged.out" 2> "$TMP/b_forged.err"
+check "model A's cache under model B's name: not used, rebuilt with a note" \
+  "grep -q 'rebuilding the int8 weight cache .*checksum' '$TMP/b_forged.err' || dump '$TMP/b_forged.err'"
+check "model A's cache under model B's name: B's own answer" "same_tokens '$TMP/b_forged.out' '$TMP/b_fresh.out'"
+
+# A cache file other users can write is not trusted (it could have been
+# swapped), unless QVL_TRUST_CACHE=1 says the sharing is meant.
+CACHE=$(int8_cache | head -n 1)
+[ "$CACHE" = "$A_CACHE" ] || CACHE="$A_CACHE"
+chmod g+w "$CACHE"
+QVL_TRUST_CACHE=1 "$QVL" ask --model "$MODEL" --greedy -n 2 --quant int8 "Hello" > /dev/null 2> "$TMP/trusted.err"
+check "QVL_TRUST_CACHE=1: a group-writable cache is used silently" "[ ! -s '$TMP/trusted.err' ] || dump '$TMP/trusted.err'"
+"$QVL" ask --model "$MODEL" --messages "$TMP/one_image.json" --greedy -n 16 --quant int8 --json \
+  > "$TMP/gw.out" 2> "$TMP/gw.err"
+check "a group-writable cache: rebuilt with a note saying why" \
+  "grep -q 'rebuilding the int8 weight cache .*can be written by other users' '$TMP/gw.err' || dump '$TMP/gw.err'"
+check "a group-writable cache: the answer of a fresh cache" "same_tokens '$TMP/gw.out' '$TMP/one_image.int8.out'"
+check "the rebuilt cache is not group-writable" "[ -z \"\$(find '$CACHE' -perm -g+w)\" ]"
+
 # An unknown quantization is a usage error (exit 2) naming the choices.
 "$QVL" ask --model "$MODEL" --quant int3 "Hello" > /dev/null 2> "$TMP/bad.err"
 rc=$?

@@ -2,9 +2,13 @@
 
 #include <fmt/format.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "qvl/error.h"
 #include "qvl/io/paths.h"
@@ -34,5 +38,30 @@ void write_beside_then_rename(const std::string& path, const std::function<void(
 }
 
 bool quant_cache_exists(const std::string& path) { return is_regular_file(path); }
+
+namespace {
+
+// Why `path` could have been written by someone else, or "". `who`: how the
+// note names it ("it", "its folder ...").
+std::string writable_by_others(const std::string& path, const std::string& who) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return fmt::format("{} cannot be inspected: {}", who, std::strerror(errno));
+  if (st.st_uid != ::geteuid() && st.st_uid != 0) return fmt::format("{} belongs to another user (uid {})", who, st.st_uid);
+  // A sticky folder (as /tmp) lets others add files but not replace ours.
+  const bool sticky_folder = S_ISDIR(st.st_mode) && (st.st_mode & S_ISVTX);
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !sticky_folder) return who + " can be written by other users";
+  return "";
+}
+
+}  // namespace
+
+std::string untrusted_cache_reason(const std::string& path) {
+  if (const char* trust = std::getenv("QVL_TRUST_CACHE"); trust && std::strcmp(trust, "1") == 0) return "";
+  const size_t slash = path.rfind('/');
+  const std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  std::string reason = writable_by_others(path, "it");
+  if (reason.empty()) reason = writable_by_others(folder, "its folder " + folder);
+  return reason.empty() ? "" : reason + " (QVL_TRUST_CACHE=1 uses it anyway)";
+}
 
 }  // namespace qvl

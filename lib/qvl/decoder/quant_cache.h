@@ -34,6 +34,12 @@ void write_beside_then_rename(const std::string& path, const std::function<void(
 // Whether `path` is a regular file (an unreadable cache is rebuilt, not an error).
 bool quant_cache_exists(const std::string& path);
 
+// Why the cache file at `path` is not to be trusted, or "" when it is: it or
+// its folder can be written by other users (group or other write permission,
+// or owned by a user other than this process's and root), so it may have been
+// swapped. QVL_TRUST_CACHE=1 trusts them anyway (a folder shared on purpose).
+std::string untrusted_cache_reason(const std::string& path);
+
 // `kind`: "int8" or "int4", and `part`: "decoder" or "vision", for the notes. mismatch(cache): why an opened
 // cache does not fit ("" when it does). build(path): quantizes and writes the
 // file atomically, returning the bytes of quantized weights. matrices: how
@@ -45,7 +51,8 @@ std::unique_ptr<Cache> open_or_build_quant_cache(const std::string& kind, const 
                                                  size_t matrices, const NoteCallback& on_note,
                                                  const std::string& part = "decoder") {
   std::string problem;
-  if (quant_cache_exists(path)) {
+  if (quant_cache_exists(path)) problem = untrusted_cache_reason(path);
+  if (quant_cache_exists(path) && problem.empty()) {
     try {
       auto cache = std::make_unique<Cache>(path);
       problem = mismatch(*cache);

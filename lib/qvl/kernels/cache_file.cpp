@@ -12,6 +12,8 @@
 
 #include "qvl/error.h"
 #include "qvl/io/chunked_output.h"
+#include "qvl/io/content_hash.h"
+#include "qvl/kernels/parallel.h"
 
 namespace qvl::kernels::cache_file {
 namespace {
@@ -37,6 +39,21 @@ class Writer {
   bool committed_ = false;
 };
 
+// Collects header fields in memory, so their checksum can be written before them.
+class HeaderBytes {
+ public:
+  void bytes(const void* data, size_t size) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    bytes_.insert(bytes_.end(), p, p + size);
+  }
+  template <class T>
+  void value(const T& v) { bytes(&v, sizeof v); }
+  const std::vector<uint8_t>& all() const { return bytes_; }
+
+ private:
+  std::vector<uint8_t> bytes_;
+};
+
 // Reads header fields in order; `kind` names the file in errors ("int8 cache").
 class Reader {
  public:
@@ -49,6 +66,7 @@ class Reader {
     return v;
   }
   std::string string(uint64_t length);
+  size_t offset() const { return offset_; }
 
  private:
   const MappedFile& file_;
@@ -110,35 +128,45 @@ std::string Reader::string(uint64_t length) {
 struct EntryHeader {
   MatrixShape shape;
   uint64_t values_offset, params_offset;
+  uint64_t values_hash, params_hash;  // content_hash of each block
 };
+
+// The fixed start: magic, u32 version, u64 header hash. The hash covers the
+// rest of the header (count, tag, entries with their blocks' hashes), so a
+// tag edited to name other weights, or a damaged entry, is caught.
+constexpr uint64_t kHashedHeaderStart = 8 + 4 + 8;
 
 }  // namespace
 
 void write_matrix_file(const std::string& path, const char (&magic)[8], uint32_t version,
                        const std::string& tag, const std::vector<MatrixBlocks>& matrices) {
-  uint64_t header_size = sizeof magic + 4 + 4 + 8 + tag.size();
+  uint64_t header_size = kHashedHeaderStart + 4 + 8 + tag.size();
   for (const MatrixBlocks& m : matrices) header_size += 4 + m.name.size() + sizeof(EntryHeader);
   std::vector<EntryHeader> entries;
   uint64_t offset = align_up(header_size);
   for (const MatrixBlocks& m : matrices) {
-    EntryHeader e{m.shape, offset, 0};
+    EntryHeader e{m.shape, offset, 0, content_hash(m.values, m.value_bytes), content_hash(m.params, m.param_bytes)};
     offset = align_up(offset + m.value_bytes);
     e.params_offset = offset;
     offset = align_up(offset + m.param_bytes);
     entries.push_back(e);
   }
 
+  HeaderBytes hashed;
+  hashed.value(uint32_t(matrices.size()));
+  hashed.value(uint64_t(tag.size()));
+  hashed.bytes(tag.data(), tag.size());
+  for (size_t i = 0; i < matrices.size(); ++i) {
+    hashed.value(uint32_t(matrices[i].name.size()));
+    hashed.bytes(matrices[i].name.data(), matrices[i].name.size());
+    hashed.value(entries[i]);
+  }
+
   Writer out(path);
   out.bytes(magic, sizeof magic);
   out.value(version);
-  out.value(uint32_t(matrices.size()));
-  out.value(uint64_t(tag.size()));
-  out.bytes(tag.data(), tag.size());
-  for (size_t i = 0; i < matrices.size(); ++i) {
-    out.value(uint32_t(matrices[i].name.size()));
-    out.bytes(matrices[i].name.data(), matrices[i].name.size());
-    out.value(entries[i]);
-  }
+  out.value(content_hash(hashed.all().data(), hashed.all().size()));
+  out.bytes(hashed.all().data(), hashed.all().size());
   for (size_t i = 0; i < matrices.size(); ++i) {
     out.pad_to(entries[i].values_offset);
     out.bytes(matrices[i].values, matrices[i].value_bytes);
@@ -161,6 +189,7 @@ MatrixFileHeader read_matrix_file(const MappedFile& file, const char* kind, cons
   if (found_version != version)
     throw Error(fmt::format("{}: {} cache version {} (this build reads version {})", file.path(), kind, found_version,
                             version));
+  const auto header_hash = in.value<uint64_t>();
   const auto count = in.value<uint32_t>();
   MatrixFileHeader header;
   header.tag = in.string(in.value<uint64_t>());
@@ -171,9 +200,31 @@ MatrixFileHeader read_matrix_file(const MappedFile& file, const char* kind, cons
     entry.shape = e.shape;
     entry.values_offset = e.values_offset;
     entry.params_offset = e.params_offset;
+    entry.values_hash = e.values_hash;
+    entry.params_hash = e.params_hash;
     header.entries.push_back(std::move(entry));
   }
+  const uint8_t* hashed = file.data() + kHashedHeaderStart;
+  if (content_hash(hashed, in.offset() - kHashedHeaderStart) != header_hash)
+    throw Error(fmt::format("{}: {} cache header does not match its checksum (damaged or edited)", file.path(), kind));
   return header;
+}
+
+void verify_blocks(const MappedFile& file, const std::vector<MatrixEntry>& entries,
+                   const std::vector<std::pair<uint64_t, uint64_t>>& block_bytes) {
+  // Matrices are independent: the threads hash them side by side. A whole
+  // matrix is a piece (tens of MB on the 2B), so claiming them costs nothing.
+  parallel_claim(int64_t(entries.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const MatrixEntry& e = entries[size_t(i)];
+      const auto [value_bytes, param_bytes] = block_bytes[size_t(i)];
+      const std::string what = fmt::format("{}: matrix '{}'", file.path(), e.name);
+      const uint8_t* values = block(file, what, e.values_offset, value_bytes);
+      const uint8_t* params = block(file, what, e.params_offset, param_bytes);
+      if (content_hash(values, value_bytes) != e.values_hash || content_hash(params, param_bytes) != e.params_hash)
+        throw Error(fmt::format("{} does not match its checksum (the file is damaged)", what));
+    }
+  });
 }
 
 const uint8_t* block(const MappedFile& file, const std::string& what, uint64_t offset, uint64_t size) {

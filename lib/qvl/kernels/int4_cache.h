@@ -2,9 +2,9 @@
 // quantizing a checkpoint and mmapped on later runs.
 //
 // Layout (little endian; offsets from the start of the file):
-//   "QVLINT4\n"  u32 version (1)  u32 count  u64 tag length, tag bytes
+//   "QVLINT4\n"  u32 version (2)  u64 header hash  u32 count  u64 tag length, tag bytes
 //   count × { u32 name length, name bytes, i64 rows, cols, padded_cols,
-//             group_size, u64 levels offset, u64 params offset }
+//             group_size, u64 levels offset, u64 params offset, u64 levels hash, u64 params hash }
 //   then each matrix's levels and params, every block 64-byte aligned.
 // The tag is the caller's (checkpoint fingerprint and format), so a stale
 // cache can be recognised and rebuilt. Written and read with the int8 cache's
@@ -27,7 +27,7 @@ void write_int4_cache(const std::string& path, const std::string& tag,
 // A mapped cache file. Matrices point into the mapping: keep this alive.
 class Int4Cache {
  public:
-  explicit Int4Cache(const std::string& path);  // validates everything; throws qvl::Error
+  explicit Int4Cache(const std::string& path);  // validates everything, checksums too; throws qvl::Error
   const std::string& tag() const { return tag_; }
   const std::map<std::string, Int4Matrix>& matrices() const { return matrices_; }
   const Int4Matrix* find(const std::string& name) const;

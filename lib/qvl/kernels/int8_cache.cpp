@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <utility>
+#include <vector>
 
 #include "qvl/error.h"
 #include "qvl/kernels/cache_file.h"
@@ -12,7 +13,7 @@ namespace qvl::kernels {
 namespace {
 
 constexpr char kMagic[8] = {'Q', 'V', 'L', 'I', 'N', 'T', '8', '\n'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: checksums (cache_file.h)
 
 }  // namespace
 
@@ -30,6 +31,7 @@ void write_int8_cache(const std::string& path, const std::string& tag,
 Int8Cache::Int8Cache(const std::string& path) : file_(path) {
   cache_file::MatrixFileHeader header = cache_file::read_matrix_file(file_, "int8", kMagic, kVersion);
   tag_ = std::move(header.tag);
+  std::vector<std::pair<uint64_t, uint64_t>> block_bytes;
   for (const cache_file::MatrixEntry& e : header.entries) {
     Int8Matrix m;
     m.rows = e.shape.rows;
@@ -41,7 +43,9 @@ Int8Cache::Int8Cache(const std::string& path) : file_(path) {
     m.weights = reinterpret_cast<const int8_t*>(cache_file::block(file_, what, e.values_offset, m.weight_bytes()));
     m.scales = reinterpret_cast<const float*>(cache_file::block(file_, what, e.params_offset, m.scale_bytes()));
     if (!matrices_.emplace(e.name, m).second) throw Error(fmt::format("{} appears twice", what));
+    block_bytes.emplace_back(m.weight_bytes(), m.scale_bytes());
   }
+  cache_file::verify_blocks(file_, header.entries, block_bytes);
 }
 
 const Int8Matrix* Int8Cache::find(const std::string& name) const {

@@ -2,9 +2,9 @@
 // mmapped on later runs so quantization is paid only once.
 //
 // Layout (little endian; offsets from the start of the file):
-//   "QVLINT8\n"  u32 version (1)  u32 count  u64 tag length, tag bytes
+//   "QVLINT8\n"  u32 version (2)  u64 header hash  u32 count  u64 tag length, tag bytes
 //   count × { u32 name length, name bytes, i64 rows, cols, padded_cols,
-//             group_size, u64 weights offset, u64 scales offset }
+//             group_size, u64 weights offset, u64 scales offset, u64 weights hash, u64 scales hash }
 //   then each matrix's weights and scales, every block 64-byte aligned.
 // The tag is the caller's (e.g. the checkpoint fingerprint and group size),
 // so a stale cache can be recognised and rebuilt.
@@ -26,7 +26,7 @@ void write_int8_cache(const std::string& path, const std::string& tag,
 // A mapped cache file. Matrices point into the mapping: keep this alive.
 class Int8Cache {
  public:
-  explicit Int8Cache(const std::string& path);  // validates everything; throws qvl::Error
+  explicit Int8Cache(const std::string& path);  // validates everything, checksums too; throws qvl::Error
   const std::string& tag() const { return tag_; }
   const std::map<std::string, Int8Matrix>& matrices() const { return matrices_; }
   const Int8Matrix* find(const std::string& name) const;
