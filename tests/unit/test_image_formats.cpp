@@ -256,34 +256,10 @@ TEST_CASE("a GIF named .png is read as the GIF it is") {
   CHECK(image.pixels == std::vector<uint8_t>{0, 0, 0});
 }
 
-namespace {
-// A little-endian TIFF of `pages` 2x2 gray directories sharing one strip, the last one
-// pointing back at the first when `loop`.
-std::vector<uint8_t> many_page_tiff(int pages, bool loop) {
-  std::vector<uint8_t> out = {'I', 'I', 42, 0, 12, 0, 0, 0, 1, 2, 3, 4};
-  auto u16 = [&](uint32_t v) { out.insert(out.end(), {uint8_t(v), uint8_t(v >> 8)}); };
-  auto u32 = [&](uint32_t v) { u16(v & 0xFFFF); u16(v >> 16); };
-  const uint32_t ifd_size = 2 + 8 * 12 + 4;
-  for (int p = 0; p < pages; ++p) {
-    const uint16_t entries[8][3] = {{256, 3, 2}, {257, 3, 2}, {258, 3, 8}, {259, 3, 1},
-                                    {262, 3, 1}, {273, 4, 8}, {278, 3, 2}, {279, 4, 4}};
-    u16(8);
-    for (const auto& e : entries) {
-      u16(e[0]);
-      u16(e[1]);
-      u32(1);
-      if (e[1] == 3) { u16(e[2]); u16(0); } else { u32(e[2]); }
-    }
-    const bool last = p == pages - 1;
-    u32(last ? (loop ? 12 : 0) : uint32_t(12 + (p + 1) * ifd_size));
-  }
-  return out;
-}
-}  // namespace
 
 TEST_CASE("hostile page counts: bounded, quick, and no allocation per page") {
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<uint8_t> many = many_page_tiff(100000, false);
+  const std::vector<uint8_t> many = test::many_page_tiff(100000, false);
   try {
     image_page_count(many.data(), many.size(), "many.tif");
     FAIL("100000 directories were counted");
@@ -297,7 +273,7 @@ TEST_CASE("hostile page counts: bounded, quick, and no allocation per page") {
   last.page = 100000;
   const RgbImage image = decode_image(many.data(), many.size(), "many.tif", few, last);
   CHECK(image.pixels == std::vector<uint8_t>{1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4});
-  const std::vector<uint8_t> looped = many_page_tiff(3, true);
+  const std::vector<uint8_t> looped = test::many_page_tiff(3, true);
   try {
     image_page_count(looped.data(), looped.size(), "loop.tif");
     FAIL("a directory loop was counted");
@@ -305,6 +281,21 @@ TEST_CASE("hostile page counts: bounded, quick, and no allocation per page") {
     CHECK(std::string(e.what()).find("loop.tif: damaged TIFF: its directory chain loops") == 0);
   }
   CHECK(decode_image(looped.data(), looped.size(), "loop.tif").width == 2);  // page 1 is still there
+  // A reader that goes on past damage gets the pages before the loop, and the loop as an error.
+  const ReadablePages readable = image_readable_pages(looped.data(), looped.size(), "loop.tif");
+  CHECK(readable.count == 3);
+  CHECK(readable.damage.find("loop.tif: damaged TIFF: its directory chain loops") == 0);
+  DecodeRequest third, fourth;
+  third.page = 3;
+  fourth.page = 4;
+  CHECK(decode_image(looped.data(), looped.size(), "loop.tif", {}, third).width == 2);
+  try {
+    decode_image(looped.data(), looped.size(), "loop.tif", {}, fourth);
+    FAIL("a page after the loop was read");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()) == readable.damage);
+  }
+  CHECK(image_readable_pages(many.data(), many.size(), "many.tif", few).damage.empty());
   // A PDF whose page tree claims 100000 pages it does not have.
   const std::vector<uint8_t> pdf = read_image_bytes(test::data_path("bad/pdf_100000_pages.pdf"));
   try {

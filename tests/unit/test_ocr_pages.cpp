@@ -124,6 +124,30 @@ TEST_CASE("ocr pages: an unreadable file is one page with an error that names it
   CHECK_FALSE(bad[0].already_done);
 }
 
+TEST_CASE("ocr pages: a TIFF whose directories loop gives its readable pages, then the loop as an error") {
+  const std::string path = std::string("/tmp/qvl_ocr_pages_") + std::to_string(::getpid()) + "_loop.tif";
+  const std::vector<uint8_t> looped = test::many_page_tiff(3, true);
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(looped.data()), std::streamsize(looped.size()));
+  OcrPreparer preparer = small_preparer();
+  const std::vector<OcrPage> pages = pages_of(preparer, path);
+  std::remove(path.c_str());
+  REQUIRE(pages.size() == 4);
+  for (int i = 0; i < 4; ++i) {
+    CAPTURE(i);
+    CHECK(pages[i].page == i + 1);
+    CHECK(pages[i].pages == 4);
+    CHECK(pages[i].sha256 == sha256_hex(std::string(looped.begin(), looped.end())));
+  }
+  for (int i = 0; i < 3; ++i) {
+    CAPTURE(i);
+    CHECK(pages[i].error == "");
+    CHECK(pages[i].width == 2);
+    CHECK_FALSE(pages[i].image.pixel_values.empty());
+  }
+  CHECK(pages[3].error.find(path + ": damaged TIFF: its directory chain loops") == 0);
+  CHECK(pages[3].image.pixel_values.empty());
+}
+
 TEST_CASE("ocr pages: the prefetch thread gives the pages in input order") {
   const std::vector<ScannedFile> files = {{data_path("images/small.png"), "", "a"},
                                           {data_path("images/formats/pages3.pdf"), "", "b"},

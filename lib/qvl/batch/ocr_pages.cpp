@@ -31,6 +31,7 @@ void OcrPreparer::prepare(const ScannedFile& in, const std::function<bool(OcrPag
     return;
   }
   std::string bytes;
+  ReadablePages readable;
   try {
     bytes = read_bytes(in.path, &p.sha256);
     // A single-page file, or a file that failed as a whole, recorded before.
@@ -39,7 +40,10 @@ void OcrPreparer::prepare(const ScannedFile& in, const std::function<bool(OcrPag
       emit(std::move(p));
       return;
     }
-    p.pages = image_page_count(bytes_of(bytes), bytes.size(), p.path, limits);
+    readable = image_readable_pages(bytes_of(bytes), bytes.size(), p.path, limits);
+    // A file whose pages break off after some readable ones: those pages, then
+    // one error record for the damage, as the page after them.
+    p.pages = readable.count + (readable.damage.empty() ? 0 : 1);
   } catch (const std::exception& e) {
     p.error = message_naming(p.path, e.what());
     // An unreadable file has no hash; it counts as done if it was unreadable before too.
@@ -56,6 +60,7 @@ void OcrPreparer::prepare(const ScannedFile& in, const std::function<bool(OcrPag
     item.pages = pages;
     item.page = pages > 1 ? page : 0;
     if (is_done({item.path, item.sha256, item.page})) item.already_done = true;
+    else if (page > readable.count) item.error = readable.damage;
     else decode_page(bytes, item, /*decode_even_if_seen=*/false);
     item.prepare_ms = page == 1 ? ms_since(t0) : item.prepare_ms;
     if (!emit(std::move(item))) return;

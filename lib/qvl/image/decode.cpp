@@ -121,14 +121,23 @@ RgbImage decode_image(const uint8_t* data, size_t size, const std::string& name,
   return apply_orientation(std::move(image), orientation);
 }
 
-int image_page_count(const uint8_t* data, size_t size, const std::string& name, const ImageLimits& limits) {
+ReadablePages image_readable_pages(const uint8_t* data, size_t size, const std::string& name,
+                                   const ImageLimits& limits) {
   if (size == 0) throw Error(fmt::format("{}: file is empty (0 bytes), not an image", name));
+  ReadablePages pages;
   switch (detect_image_format(data, size)) {
     case ImageFormat::Unknown: throw_unknown_format(data, size, name);
-    case ImageFormat::Tiff: return detail::tiff_page_count(data, size, name, limits);
-    case ImageFormat::Pdf: return detail::pdf_page_count(data, size, name, limits);
-    default: return 1;
+    case ImageFormat::Tiff: pages.count = detail::tiff_page_count(data, size, name, limits, &pages.damage); break;
+    case ImageFormat::Pdf: pages.count = detail::pdf_page_count(data, size, name, limits); break;
+    default: pages.count = 1;
   }
+  return pages;
+}
+
+int image_page_count(const uint8_t* data, size_t size, const std::string& name, const ImageLimits& limits) {
+  const ReadablePages pages = image_readable_pages(data, size, name, limits);
+  if (!pages.damage.empty()) throw Error(pages.damage);
+  return pages.count;
 }
 
 RgbImage decode_image_file(const std::string& path, const ImageLimits& limits, const DecodeRequest& request) {

@@ -59,6 +59,16 @@ RgbImage decode_image_file(const std::string& path, const ImageLimits& limits = 
 // Throws like decode_image for what is not a readable image.
 int image_page_count(const uint8_t* data, size_t size, const std::string& name, const ImageLimits& limits = {});
 
+// For a reader that goes on past damage (qvl ocr): the pages that can be read
+// and, when the file's chain of pages breaks after them (a TIFF whose
+// directories loop back), the error for the rest, which image_page_count throws.
+struct ReadablePages {
+  int count = 0;
+  std::string damage;  // "" when the file has no more pages than `count`
+};
+ReadablePages image_readable_pages(const uint8_t* data, size_t size, const std::string& name,
+                                   const ImageLimits& limits = {});
+
 // The whole file, with decode_image_file's checks (regular file, size limit);
 // for callers that look at the bytes more than once (pages, hashing).
 std::vector<uint8_t> read_image_bytes(const std::string& path, const ImageLimits& limits = {});

@@ -25,7 +25,9 @@ RgbImage decode_gif(const uint8_t* data, size_t size, const std::string& name, c
 RgbImage decode_pdf(const uint8_t* data, size_t size, const std::string& name, const ImageLimits& limits,
                     const DecodeRequest& request);
 
-int tiff_page_count(const uint8_t* data, size_t size, const std::string& name, const ImageLimits& limits);
+// The directories before a loop in their chain, if any; `loop` gets the error for the loop or "".
+int tiff_page_count(const uint8_t* data, size_t size, const std::string& name, const ImageLimits& limits,
+                    std::string* loop);
 int pdf_page_count(const uint8_t* data, size_t size, const std::string& name, const ImageLimits& limits);
 
 // Throws the standard "too many pixels" error before anything is allocated.

@@ -122,17 +122,19 @@ class TiffFile {
     throw Error(fmt::format("{}: {}{}", name_, what, why));
   }
 
-  // Directories up to the first unreadable one; a directory loop ends the
-  // count (libtiff detects it), more than max_pages is refused.
-  int count_pages(int max_pages) {
+  // Directories up to the first unreadable one, and more than max_pages
+  // refused. A directory pointing back at an earlier one (libtiff stops there
+  // with a warning) ends the count too: the pages before it can be read, so
+  // the error is put in `loop` for the caller to report after them.
+  int count_pages(int max_pages, std::string* loop) {
     int pages = 1;
     while (TIFFReadDirectory(tif_)) {
       if (++pages > max_pages)
         throw Error(fmt::format("{}: TIFF has more than {} pages (directories), over the limit", name_, max_pages));
     }
-    // libtiff stops at a directory pointing back at an earlier one, with a warning.
+    loop->clear();
     if (source_.first_warning.find("looping") != std::string::npos)
-      throw Error(fmt::format("{}: damaged TIFF: its directory chain loops ({})", name_, source_.first_warning));
+      *loop = fmt::format("{}: damaged TIFF: its directory chain loops ({})", name_, source_.first_warning);
     source_.first_error.clear();  // an unreadable directory ends the count; decoding that page reports it
     return pages;
   }
@@ -330,9 +332,10 @@ void read_rgba(const TiffFile& file, RgbImage& image) {
 
 }  // namespace
 
-int tiff_page_count(const uint8_t* data, size_t size, const std::string& name, const ImageLimits& limits) {
+int tiff_page_count(const uint8_t* data, size_t size, const std::string& name, const ImageLimits& limits,
+                    std::string* loop) {
   TiffFile file(data, size, name, limits);
-  return file.count_pages(limits.max_pages);
+  return file.count_pages(limits.max_pages, loop);
 }
 
 RgbImage decode_tiff(const uint8_t* data, size_t size, const std::string& name, const ImageLimits& limits,
@@ -340,7 +343,10 @@ RgbImage decode_tiff(const uint8_t* data, size_t size, const std::string& name, 
   TiffFile file(data, size, name, limits);
   TIFF* tif = file.get();
   if (request.page > 1) {
-    check_page(request.page, file.count_pages(limits.max_pages), name);
+    std::string loop;
+    const int pages = file.count_pages(limits.max_pages, &loop);
+    if (request.page > pages && !loop.empty()) throw Error(loop);
+    check_page(request.page, pages, name);
     if (!TIFFSetDirectory(tif, tdir_t(request.page - 1))) file.fail(fmt::format("cannot read TIFF page {}", request.page));
   }
   uint32_t width = 0, height = 0;
