@@ -367,6 +367,20 @@ TEST_CASE("a PDF page whose MediaBox poppler cannot use is an error, not a US Le
   }
 }
 
+TEST_CASE("a TIFF whose strip is cut short says so plainly") {
+  // One 2x2 page whose 4 bytes of pixels would start 2 bytes before the end of the file.
+  std::vector<uint8_t> tiff = test::many_page_tiff(1, false);
+  const size_t strip_offset_at = 12 + 2 + 5 * 12 + 8;  // the value of the 6th entry (StripOffsets)
+  const uint32_t cut = uint32_t(tiff.size() - 2);
+  for (int k = 0; k < 4; ++k) tiff[strip_offset_at + k] = uint8_t(cut >> (8 * k));
+  try {
+    decode_image(tiff.data(), tiff.size(), "cut.tif");
+    FAIL("a cut strip was decoded");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()) == "cut.tif: damaged TIFF: its image data ends early (2 of 4 bytes)");
+  }
+}
+
 TEST_CASE("hostile files in tests/data/bad are refused in one line naming the file") {
   const std::pair<const char*, const char*> cases[] = {
       {"pdf_encrypted.pdf", "PDF is encrypted with a password"},

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,21 @@ toff_t size_proc(thandle_t handle) { return static_cast<TiffSource*>(handle)->si
 int map_proc(thandle_t, void**, toff_t*) { return 0; }
 void unmap_proc(thandle_t, void*, toff_t) {}
 
+// libtiff's read errors name the scanline, row or tile it was at, which for a
+// strip read before any row is 4294967295 (its "no row yet"): noise to a user.
+// The common ones are said plainly; elsewhere only the scanline is dropped.
+std::string plain_libtiff_message(const std::string& message) {
+  static const std::string where = R"((at scanline \d+|on strip \d+|at row \d+, col \d+, tile \d+|on tile \d+))";
+  static const std::regex cut_short("Read error " + where + R"(; got (\d+) bytes, expected (\d+))");
+  static const std::regex seek("Seek error " + where);
+  static const std::regex scanline(R"( at scanline \d+)");
+  std::smatch m;
+  if (std::regex_search(message, m, cut_short))
+    return fmt::format("its image data ends early ({} of {} bytes)", m[2].str(), m[3].str());
+  if (std::regex_search(message, m, seek)) return "its image data lies outside the file";
+  return std::regex_replace(message, scanline, "");
+}
+
 int capture_error(TIFF*, void* user, const char* module, const char* format, va_list args) {
   auto* src = static_cast<TiffSource*>(user);
   if (src->first_error.empty()) {
@@ -70,6 +86,7 @@ int capture_error(TIFF*, void* user, const char* module, const char* format, va_
     if (src->first_error.rfind(src->name + ": ", 0) == 0) src->first_error.erase(0, src->name.size() + 2);
     if (src->first_error.empty() && module) src->first_error = module;
     std::replace(src->first_error.begin(), src->first_error.end(), '\n', ' ');
+    src->first_error = plain_libtiff_message(src->first_error);
   }
   return 1;  // handled: libtiff prints nothing
 }
@@ -279,10 +296,10 @@ void read_strips(const TiffFile& file, const Layout& L, RgbImage& image) {
   std::vector<uint8_t> strip(static_cast<size_t>(strip_bytes));
   const uint32_t strips = TIFFNumberOfStrips(tif);
   for (int64_t y0 = 0, s = 0; y0 < image.height; y0 += rps, ++s) {
-    if (uint32_t(s) >= strips) file.fail("truncated TIFF (missing strips)");
+    if (uint32_t(s) >= strips) file.fail("damaged TIFF: strips are missing");
     const int64_t rows = std::min(rps, image.height - y0);
     const tmsize_t got = TIFFReadEncodedStrip(tif, uint32_t(s), strip.data(), strip_bytes);
-    if (got < tmsize_t(rows * row_bytes)) file.fail("corrupt or truncated TIFF");
+    if (got < tmsize_t(rows * row_bytes)) file.fail("damaged TIFF");
     for (int64_t r = 0; r < rows; ++r)
       convert_row(L, strip.data() + r * row_bytes, image.width, image.at(0, y0 + r));
   }
@@ -304,7 +321,7 @@ void read_tiles(const TiffFile& file, const Layout& L, RgbImage& image) {
   for (int64_t y0 = 0; y0 < image.height; y0 += tile_h) {
     for (int64_t x0 = 0; x0 < image.width; x0 += tile_w) {
       const tmsize_t got = TIFFReadTile(tif, tile.data(), uint32_t(x0), uint32_t(y0), 0, 0);
-      if (got < tile_bytes) file.fail("corrupt or truncated TIFF");
+      if (got < tile_bytes) file.fail("damaged TIFF");
       const int64_t rows = std::min<int64_t>(tile_h, image.height - y0);
       const int64_t cols = std::min<int64_t>(tile_w, image.width - x0);
       for (int64_t r = 0; r < rows; ++r) convert_row(L, tile.data() + r * row_bytes, cols, image.at(x0, y0 + r));
@@ -322,7 +339,7 @@ void read_rgba(const TiffFile& file, RgbImage& image) {
   std::vector<uint32_t> raster(size_t(image.width * image.height));
   const int ok = TIFFRGBAImageGet(&img, raster.data(), uint32_t(image.width), uint32_t(image.height));
   TIFFRGBAImageEnd(&img);
-  if (!ok) file.fail("corrupt or truncated TIFF");
+  if (!ok) file.fail("damaged TIFF");
   for (size_t i = 0; i < raster.size(); ++i) {
     image.pixels[3 * i] = uint8_t(TIFFGetR(raster[i]));
     image.pixels[3 * i + 1] = uint8_t(TIFFGetG(raster[i]));
