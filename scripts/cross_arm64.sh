@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
 # Cross-builds qvl for aarch64 (ARM64) on an x86_64 Debian 12 machine and runs
-# the unit and model test suites under user-mode QEMU (docs/ARM64.md):
+# its tests under user-mode QEMU (docs/ARM64.md):
 #   1. host tools: g++-aarch64-linux-gnu, qemu-user-static (apt, as root),
 #   2. a sysroot of Debian's arm64 packages (libtorch 1.13 and the rest of
 #      scripts/setup.sh's list, with their library dependencies) unpacked with
 #      dpkg-deb -x into $QVL_ARM64_SYSROOT (default: arm64-sysroot/ beside the
 #      source tree) when it is missing; no arm64 package is installed,
 #   3. configure build-arm64/ with cmake/aarch64-linux-gnu.cmake and build
-#      qvl, qvl_unit_tests and qvl_model_tests,
-#   4. run both test binaries with qemu-aarch64 -L <sysroot>.
+#      qvl, the test suites and the CLI tests' helper,
+#   4. run the tests under QEMU, once per emulated CPU:
+#        scripts/cross_arm64.sh            the unit and model suites
+#        scripts/cross_arm64.sh --all      every test of the test command (ctest in
+#                                          build-arm64: the suites and the CLI scripts,
+#                                          whose qvl runs through binfmt_misc)
 # Exits non-zero if any step or test fails. Extra arguments go to both test
-# binaries (doctest options, e.g. -tc='*kernel*').
+# binaries (doctest options, e.g. -tc='*kernel*'), or with --all to ctest (-R ask).
 # Environment: QVL_ARM64_SYSROOT, QVL_ARM64_BUILD (build-arm64), QVL_ARM64_JOBS (2),
-# QVL_ARM64_SKIP_TESTS=1 (build only), QEMU_CPU (read by QEMU itself: the
-# emulated CPU, default "max", which has BF16; neoverse-n1 has not).
+# QVL_ARM64_SKIP_TESTS=1 (build only), QVL_ARM64_CPUS (the QEMU CPUs to run on,
+# default "max neoverse-n1 cortex-a57": BF16 and dot product, dot product only,
+# neither).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+all=0
+[ "${1:-}" = --all ] && { all=1; shift; }
 SRC=$PWD
 SYSROOT=${QVL_ARM64_SYSROOT:-$(dirname "$SRC")/arm64-sysroot}
 BUILD=${QVL_ARM64_BUILD:-build-arm64}
@@ -25,7 +32,7 @@ SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 
 # --- 1. host tools ---------------------------------------------------------
-HOST_PACKAGES=(g++-aarch64-linux-gnu qemu-user-static cmake ninja-build pkg-config python3)
+HOST_PACKAGES=(g++-aarch64-linux-gnu qemu-user-static binfmt-support cmake ninja-build pkg-config python3)
 missing=()
 for p in "${HOST_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -50,7 +57,7 @@ QEMU=$(command -v qemu-aarch64-static || command -v qemu-aarch64)
 ROOTS="libtorch-dev libcli11-dev libfmt-dev doctest-dev nlohmann-json3-dev
        libpng-dev libturbojpeg0-dev libjpeg62-turbo-dev libutf8proc-dev libssl-dev
        libwebp-dev libtiff-dev libgif-dev libpoppler-cpp-dev
-       libedit-dev libopenblas0-pthread libgomp1 libstdc++6 libgcc-s1 libc6"
+       libedit-dev libcpp-httplib-dev libopenblas0-pthread libgomp1 libstdc++6 libgcc-s1 libc6"
 # libtorch-dev depends on python3-dev, which a C++ build does not need.
 SKIP="python3-dev"
 STAMP="$SYSROOT/.qvl-sysroot"
@@ -172,22 +179,48 @@ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_TOOLCHAIN_FILE="$SRC/cmake/aarch64-linux-gnu.cmake" \
   -DQVL_ARM64_SYSROOT="$SYSROOT" >&2
 start=$(date +%s)
-cmake --build "$BUILD" -j "$JOBS" --target qvl qvl_unit_tests qvl_model_tests >&2
+cmake --build "$BUILD" -j "$JOBS" --target qvl qvl_unit_tests qvl_model_tests qvl_make_photo >&2
 log "built in $(( $(date +%s) - start )) s: $(file -b "$BUILD/apps/qvl" | cut -d, -f1-2)"
 [ "${QVL_ARM64_SKIP_TESTS:-0}" = 1 ] && exit 0
 
 # --- 4. tests under QEMU --------------------------------------------------------
 # The binaries find tests/data through the absolute QVL_TEST_DATA compiled in;
-# -L makes QEMU load ld-linux-aarch64.so.1 and the libraries from the sysroot.
+# -L (or QEMU_LD_PREFIX) makes QEMU load ld-linux-aarch64.so.1 and the
+# libraries from the sysroot. QEMU reads QEMU_CPU itself.
+export QVL_TEST_UNDER_QEMU=1 QVL_TEST_TIME_SCALE=${QVL_TEST_TIME_SCALE:-10}
+CPUS=${QVL_ARM64_CPUS:-max neoverse-n1 cortex-a57}
+if [ "$all" -eq 1 ]; then
+  # The CLI scripts run qvl (an aarch64 program) by its path: the kernel hands
+  # it to QEMU through binfmt_misc, which QEMU_LD_PREFIX points at the sysroot.
+  mountpoint -q /proc/sys/fs/binfmt_misc || $SUDO mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+  $SUDO update-binfmts --enable qemu-aarch64 >&2 || true
+  export QEMU_LD_PREFIX="$SYSROOT"
+  "$BUILD/apps/qvl" --version > /dev/null ||
+    { log "this machine cannot run aarch64 programs through binfmt_misc"; exit 1; }
+fi
 status=0
-for t in qvl_unit_tests qvl_model_tests; do
-  log "running $t under $(basename "$QEMU") (cpu ${QEMU_CPU:-max})"
-  start=$(date +%s)
-  if "$QEMU" -L "$SYSROOT" "$BUILD/tests/$t" "$@"; then
-    log "$t passed in $(( $(date +%s) - start )) s"
-  else
-    status=1
-    log "$t FAILED after $(( $(date +%s) - start )) s"
+for cpu in $CPUS; do
+  export QEMU_CPU=$cpu
+  if [ "$all" -eq 1 ]; then
+    log "ctest in $BUILD under QEMU (cpu $cpu): $("$BUILD/apps/qvl" --version | grep -m1 kernels)"
+    start=$(date +%s)
+    if (cd "$BUILD" && ctest --output-on-failure -j "$JOBS" "$@"); then
+      log "cpu $cpu: every test passed in $(( $(date +%s) - start )) s"
+    else
+      status=1
+      log "cpu $cpu: FAILED after $(( $(date +%s) - start )) s"
+    fi
+    continue
   fi
+  for t in qvl_unit_tests qvl_model_tests; do
+    log "running $t under $(basename "$QEMU") (cpu $cpu)"
+    start=$(date +%s)
+    if "$QEMU" -L "$SYSROOT" "$BUILD/tests/$t" "$@"; then
+      log "$t passed in $(( $(date +%s) - start )) s (cpu $cpu)"
+    else
+      status=1
+      log "$t FAILED after $(( $(date +%s) - start )) s (cpu $cpu)"
+    fi
+  done
 done
 exit $status
