@@ -67,6 +67,25 @@ truncate -s 1000000 "$TMP/truncated/model-00002-of-00002.safetensors"
 expect_one_line_error "truncated shard" "model-00002-of-00002.safetensors" \
   "$QVL" ask --model "$TMP/truncated" "hi"
 
+# ---------------------------------------------------------------- a checkpoint truncated while qvl runs
+# chat maps the checkpoint at start, then waits for a question before a lazy
+# load reads any weight; the embedding shard is cut short in between, so the
+# first answer reads pages the file no longer has (SIGBUS), which must be one
+# line naming the file and exit 1, not a silent death by signal.
+copy_model "$TMP/shrinking"
+shard="$TMP/shrinking/model-00001-of-00002.safetensors"
+: > "$TMP/shrink.err"
+{
+  for _ in $(seq 1200); do grep -q "model loaded" "$TMP/shrink.err" && break; sleep 0.1; done
+  truncate -s 4096 "$shard"
+  echo "What is it?"
+} | timeout 300 "$QVL" chat --model "$TMP/shrinking" --load lazy --dtype f32 --greedy -n 8 --prompt-cache off \
+  > "$TMP/shrink.out" 2> "$TMP/shrink.err"
+rc=$?
+check "checkpoint truncated while read: exit 1, not a signal" "[ $rc -eq 1 ] || { echo \"  exit $rc\"; dump '$TMP/shrink.err'; }"
+check "checkpoint truncated while read: one line naming the file" \
+  "tail -n 1 '$TMP/shrink.err' | grep -qxF '$shard: the checkpoint changed while it was being read' || dump '$TMP/shrink.err'"
+
 # ---------------------------------------------------------------- vision module files
 # qvl makes the vision module in memory from the checkpoint at every run; the
 # file `qvl export` (or an older qvl) leaves in the cache folder is not its
@@ -196,6 +215,37 @@ assert got == [("a_good.png", False), ("b_bomb.pdf", True), ("c_good2.webp", Fal
 assert "takes longer than 2 s to render" in recs[1]["error"], recs[1]
 print("ok: ocr wrote the good files' records around the bomb's error record")
 PY
+
+# Pages of text rendered while float32 prefills run on OpenBLAS's threads: the
+# renderer's child process must not take those threads down with it (fork's
+# atfork handlers did, and the run then waited for ever).
+python3 - "$TMP/text" <<'PY'
+import os, sys
+os.makedirs(sys.argv[1])
+for doc in "abcd":
+    objs, kids = {1: b"<< /Type /Catalog /Pages 2 0 R >>", 3: b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"}, []
+    for p in range(5):
+        body = b"BT /F1 10 Tf 56 790 Td 12 TL\n" + b"(The quick brown fox jumps over the lazy dog 0123456789.) '\n" * 60 + b"ET"
+        objs[10 + 2 * p] = b"<< /Length %d >>\nstream\n%s\nendstream" % (len(body), body)
+        objs[11 + 2 * p] = (b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 595 842] /Resources << /Font << /F1 3 0 R >> >> "
+                            b"/Contents %d 0 R >>" % (10 + 2 * p))
+        kids.append(b"%d 0 R" % (11 + 2 * p))
+    objs[2] = b"<< /Type /Pages /Kids [%s] /Count 5 >>" % b" ".join(kids)
+    out, offsets = bytearray(b"%PDF-1.4\n"), {}
+    for n in sorted(objs):
+        offsets[n] = len(out)
+        out += b"%d 0 obj\n%s\nendobj\n" % (n, objs[n])
+    size, xref = max(objs) + 1, len(out)
+    out += b"xref\n0 %d\n" % size
+    out += b"".join(b"%010d 00000 n \n" % offsets[n] if n in offsets else b"0000000000 65535 f \n" for n in range(size))
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (size, xref)
+    open(f"{sys.argv[1]}/{doc}.pdf", "wb").write(out)
+PY
+timeout -s KILL 60 "$QVL" ocr --model "$MODEL" --dtype f32 -n 1 --max-image-tokens 64 --output "$TMP/text.jsonl" "$TMP/text" \
+  2> "$TMP/text.err"
+rc=$?
+check "ocr --dtype f32 over 20 text pages: all done, no hang" \
+  "[ $rc -eq 0 ] && [ \$(wc -l < '$TMP/text.jsonl') -eq 20 ] || { echo \"  exit $rc\"; dump '$TMP/text.err'; }"
 
 # ---------------------------------------------------------------- unusual images end to end
 for img in rgb16.png gray16.png rgba16.png cmyk.jpg exif6.jpg palette.png interlaced.png animated.png; do

@@ -237,8 +237,12 @@ RgbImage render_in_child(poppler::page& page, int dpi, int64_t expected_width, i
   auto* result = static_cast<ChildRender*>(res.mapping);
   uint8_t* pixels = static_cast<uint8_t*>(res.mapping) + sizeof(ChildRender);
 
+  // _Fork, not fork: fork runs the libraries' atfork handlers, and
+  // OpenBLAS's tears down its thread pool even while another thread waits in
+  // a GEMM on it (that thread then waits for ever). The child needs none of
+  // them: it allocates only in this thread's malloc arena and uses no threads.
   const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
+  const pid_t pid = ::_Fork();
   if (pid < 0) throw Error(fmt::format("{}: cannot start rendering PDF page {}: {}", name, page_number, std::strerror(errno)));
   if (pid == 0) {
     ::close(res.done_fds[0]);
