@@ -37,6 +37,7 @@ struct ServeFlags {
   std::vector<std::string> allow_paths;
   int64_t parallel = 4;
   int64_t queue = 16;
+  int64_t prefill_chunk = 256;
   int64_t max_body_mb = 20;
   int64_t max_tokens_cap = 4096;
   double request_timeout_s = 600;
@@ -114,6 +115,7 @@ int run_serve(const ServeFlags& f) {
   scheduler_options.session = session_options;
   scheduler_options.parallel = f.parallel;
   scheduler_options.queue = f.queue;
+  scheduler_options.prefill_chunk = f.prefill_chunk;
   scheduler_options.on_thread_start = [session_options] { configure_threads_for(session_options); };
   ServeScheduler scheduler(scheduler_options);
   serve::ServeMetrics metrics;
@@ -243,6 +245,11 @@ void register_serve(CLI::App& app, int& exit_code) {
   cmd->add_option("--queue", f->queue, "Requests that may wait for a slot; more get 503")
       ->capture_default_str()
       ->check(integer_in(0, 1024));
+  cmd->add_option("--prefill-chunk", f->prefill_chunk,
+                  "A new prompt is prefilled this many tokens at a time, between the running replies' steps "
+                  "(0: whole)")
+      ->capture_default_str()
+      ->check(integer_in(0, 1 << 20));
   cmd->add_option("--max-body-mb", f->max_body_mb, "Largest request body in MiB; larger gets 413")
       ->capture_default_str()
       ->check(integer_in(1, 1024));

@@ -56,10 +56,11 @@ check "--host 0.0.0.0 without --api-key exits 1" "[ $rc -eq 1 ]"
 check "... saying it needs --api-key" "grep -q -- '--api-key' '$TMP/open.err' || dump '$TMP/open.err'"
 
 # The main server: an API key, a folder for file:// images, a 1 MiB body
-# limit, at most 100000 decoded pixels an image.
+# limit, at most 100000 decoded pixels an image, prompts prefilled 5 tokens
+# at a time (so every reply below also checks that path against qvl ask).
 PORT=$(free_port)
 "$QVL" serve --model "$MODEL" --dtype f32 --greedy -n "$N" --port "$PORT" --api-key sesame \
-  --allow-path "$TMP/allowed" --max-body-mb 1 --max-image-pixels 100000 > "$TMP/serve.out" 2> "$TMP/serve.err" &
+  --allow-path "$TMP/allowed" --max-body-mb 1 --max-image-pixels 100000 --prefill-chunk 5 > "$TMP/serve.out" 2> "$TMP/serve.err" &
 SERVER=$!
 servers+=("$SERVER")
 check "the server answers /health once the model is loaded" "wait_ready $PORT $SERVER || dump '$TMP/serve.err'"
@@ -267,9 +268,9 @@ PORT2=$(free_port)
 SERVER2=$!
 servers+=("$SERVER2")
 check "the second server starts" "wait_ready $PORT2 $SERVER2 || dump '$TMP/serve2.err'"
-python3 - "$PORT2" "$SERVER2" <<'PY' || fail=1
-import http.client, json, os, re, signal, socket, sys, threading, time
-port, server = int(sys.argv[1]), int(sys.argv[2])
+python3 - "$PORT2" "$SERVER2" "$TMP" <<'PY' || fail=1
+import base64, http.client, json, os, re, signal, socket, sys, threading, time
+port, server, tmp = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 failed = False
 def check(name, ok, detail=""):
     global failed
@@ -299,6 +300,17 @@ def open_stream():
     while b'"content":"' not in got.replace(b'"content":""', b""):
         got += s.recv(4096)
     return s
+
+# This server prefills a prompt whole (the default --prefill-chunk is longer than it): the same reply.
+ref = json.load(open(f"{tmp}/ref_png.json"))
+png = "data:image/png;base64," + base64.b64encode(open(f"{tmp}/small.png", "rb").read()).decode()
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+c.request("POST", "/v1/chat/completions", json.dumps({"messages": [{"role": "user", "content": [
+    {"type": "image_url", "image_url": {"url": png}}, {"type": "text", "text": "What is in the image?"}]}],
+    "max_tokens": 12, "temperature": 0}))
+j = json.loads(c.getresponse().read())
+check("a prompt prefilled whole: the reply equals qvl ask's", j["choices"][0]["message"]["content"] == ref["text"]
+      and j["usage"]["prompt_tokens"] == ref["prompt_tokens"] < 256, j)
 
 first = open_stream()
 short = {}

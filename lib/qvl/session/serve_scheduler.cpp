@@ -102,7 +102,7 @@ void ServeScheduler::run() {
   ready_ = true;
   try {
     session_->serve_batch(options_.parallel, {[this] { return poll(); }, [this] { return wait(); }},
-                          [this](BatchResult r) { finished(std::move(r)); });
+                          [this](BatchResult r) { finished(std::move(r)); }, options_.prefill_chunk);
   } catch (const std::exception& e) {
     // The model failed mid-step: every request still waiting for an answer gets the error.
     std::map<uint64_t, Done> left;

@@ -26,6 +26,7 @@ class ServeScheduler {
     SessionOptions session;
     int64_t parallel = 4;  // replies generated at once
     int64_t queue = 16;    // requests waiting beyond those
+    int64_t prefill_chunk = 0;  // > 0: longer prompts are prefilled in parts of this many tokens (serve_batch)
     std::function<void()> on_thread_start;  // e.g. the process's thread set-up, on the scheduler's thread
     // Load the vision encoder before ready() too, so that the first image
     // does not hold up the replies running beside it.

@@ -157,8 +157,11 @@ class Session {
                  const SamplingOptions& sampling, const std::function<void(BatchResult)>& on_result);
   // ask_batch for a server: runs until the source has no more, taking new
   // requests between decode steps whenever a sequence is free. Each request
-  // needs its own sampling.
-  void serve_batch(int64_t batch, const RequestSource& source, const std::function<void(BatchResult)>& on_result);
+  // needs its own sampling. prefill_chunk > 0: a longer prompt is prefilled
+  // that many tokens at a time, a part between two decode steps, so the
+  // replies running meanwhile are held up by a part, not the whole prompt.
+  void serve_batch(int64_t batch, const RequestSource& source, const std::function<void(BatchResult)>& on_result,
+                   int64_t prefill_chunk = 0);
 
   void reset();  // forget the conversation (the model stays loaded)
   SessionStats stats() const;
@@ -188,7 +191,7 @@ class Session {
   // to start (idle: no reply is running); nullopt with `done` set when none
   // will ever come, without it when there is none for now.
   void run_batch(int64_t batch, const std::function<std::optional<BatchRequest>(bool idle, bool& done)>& next_request,
-                 const std::function<void(BatchResult)>& on_result);
+                 const std::function<void(BatchResult)>& on_result, int64_t prefill_chunk);
 
   struct Impl;
   std::unique_ptr<Impl> impl_;

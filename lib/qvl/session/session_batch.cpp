@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>  // NoGradGuard: ATen.h stopped bringing it in libtorch 2.x
 
+#include <deque>
 #include <memory>
 #include <utility>
 #include <optional>
@@ -22,22 +23,22 @@ void Session::ask_batch(int64_t batch, const std::function<std::optional<BatchRe
     if (!req) done = true;
     else if (!req->sampling) req->sampling = sampling;
     return req;
-  }, on_result);
+  }, on_result, 0);
 }
 
-void Session::serve_batch(int64_t batch, const RequestSource& source,
-                          const std::function<void(BatchResult)>& on_result) {
+void Session::serve_batch(int64_t batch, const RequestSource& source, const std::function<void(BatchResult)>& on_result,
+                          int64_t prefill_chunk) {
   run_batch(batch, [&](bool idle, bool& done) -> std::optional<BatchRequest> {
     if (idle && !source.wait()) {
       done = true;
       return std::nullopt;
     }
     return source.poll();
-  }, on_result);
+  }, on_result, prefill_chunk);
 }
 
 void Session::run_batch(int64_t batch, const std::function<std::optional<BatchRequest>(bool, bool&)>& next_request,
-                        const std::function<void(BatchResult)>& on_result) {
+                        const std::function<void(BatchResult)>& on_result, int64_t prefill_chunk) {
   Impl& s = *impl_;
   at::NoGradGuard no_grad;
   if (batch < 1) throw Error("the batch size must be at least 1, got " + std::to_string(batch));
@@ -52,8 +53,18 @@ void Session::run_batch(int64_t batch, const std::function<std::optional<BatchRe
   std::vector<int64_t> free_sequences;
   for (int64_t i = batch; i >= 1; --i) free_sequences.push_back(i);
 
-  // Prefills one request into a free sequence; a request that fails (bad
-  // prompt, too long, no memory for its image) is answered with its error.
+  // Requests whose prompts are prefilled in parts (prefill_chunk), first
+  // come first: one part before each decode step.
+  struct PartlyPrefilled {
+    int64_t sequence;
+    ChunkedPrompt prompt;
+    BatchRequest request;  // its sampling, text callback and cancel flag
+    Clock::time_point t_start;
+  };
+  std::deque<PartlyPrefilled> prefilling;
+
+  // Prefills one request into a free sequence (or begins to); a request that
+  // fails (bad prompt, too long, no memory for its image) is answered with its error.
   auto start = [&](BatchRequest& req) -> std::unique_ptr<Reply> {
     const auto t_start = Clock::now();
     const int64_t sequence = free_sequences.back();
@@ -71,6 +82,14 @@ void Session::run_batch(int64_t batch, const std::function<std::optional<BatchRe
                           std::to_string(s.options.max_context) + "; raise --max-context or lower --max-pixels");
       s.decoder.reset_sequence(sequence);
       if (!req.sampling) throw Error("a served request needs its own sampling options");
+      if (prefill_chunk > 0 && a.prompt_tokens > prefill_chunk) {
+        ChunkedPrompt prompt = s.begin_prompt(states[size_t(sequence)], ids, req.images, a);
+        req.images.clear();  // encoded: the pixels are not needed any more
+        free_sequences.pop_back();
+        tags[size_t(sequence)] = req.tag;
+        prefilling.push_back({sequence, std::move(prompt), std::move(req), t_start});
+        return nullptr;
+      }
       std::unique_ptr<Reply> reply =
           s.start_reply(sequence, states[size_t(sequence)], ids, req.images, a, *req.sampling, t_start, req.on_text);
       if (req.cancelled) reply->set_cancel(req.cancelled);
@@ -84,15 +103,51 @@ void Session::run_batch(int64_t batch, const std::function<std::optional<BatchRe
     }
   };
 
-  auto refill = [&](std::vector<std::unique_ptr<Reply>>& running) {
-    while (!free_sequences.empty()) {
-      bool done = false;
-      std::optional<BatchRequest> req = next_request(running.empty(), done);
-      if (done) return false;
-      if (!req) return true;
-      if (std::unique_ptr<Reply> reply = start(*req)) running.push_back(std::move(reply));
+  // The next part of the first partly prefilled prompt; its reply joins the
+  // running ones once the prompt is complete. A request cancelled meanwhile
+  // ends there, "interrupted".
+  auto prefill_part = [&](std::vector<std::unique_ptr<Reply>>& running) {
+    PartlyPrefilled& p = prefilling.front();
+    Answer& a = answers[size_t(p.sequence)];
+    try {
+      if (p.request.cancelled && p.request.cancelled()) {
+        a.stop_reason = "interrupted";
+        free_sequences.push_back(p.sequence);
+        on_result({p.request.tag, std::move(a), ""});
+      } else if (std::optional<std::vector<float>> logits = s.prefill_part(p.sequence, p.prompt, prefill_chunk, a)) {
+        auto reply = std::make_unique<Reply>(*p.request.sampling, s.tokenizer(), p.sequence, states[size_t(p.sequence)],
+                                             std::move(*logits), p.t_start, p.request.on_text,
+                                             s.options.keep_first_logits);
+        if (p.request.cancelled) reply->set_cancel(p.request.cancelled);
+        running.push_back(std::move(reply));
+      } else {
+        return;  // more parts to come
+      }
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      free_sequences.push_back(p.sequence);
+      on_result({p.request.tag, Answer{}, what.substr(0, what.find('\n'))});
     }
-    return true;
+    prefilling.pop_front();
+  };
+  // With nothing running, the parts follow each other until a reply runs.
+  auto prefill_while_idle = [&](std::vector<std::unique_ptr<Reply>>& running) {
+    while (running.empty() && !prefilling.empty()) prefill_part(running);
+  };
+
+  bool source_done = false;
+  auto refill = [&](std::vector<std::unique_ptr<Reply>>& running) {
+    if (!prefilling.empty()) prefill_part(running);
+    prefill_while_idle(running);
+    while (!source_done && !free_sequences.empty()) {
+      bool done = false;
+      std::optional<BatchRequest> req = next_request(running.empty() && prefilling.empty(), done);
+      if (done) source_done = true;
+      if (!req) break;
+      if (std::unique_ptr<Reply> reply = start(*req)) running.push_back(std::move(reply));
+      prefill_while_idle(running);
+    }
+    return !(source_done && prefilling.empty());
   };
 
   s.generate({}, refill, [&](std::unique_ptr<Reply> done) {

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <ctime>
 #include <map>
 
@@ -108,6 +109,49 @@ std::unique_ptr<Reply> Session::Impl::start_reply(int64_t sequence, SequenceStat
   answer.timings.prefill_s = seconds_since(t_prefill);
   return std::make_unique<Reply>(sampling, tokenizer(), sequence, state, to_floats(logits), t_start, on_text,
                                  options.keep_first_logits);
+}
+
+ChunkedPrompt Session::Impl::begin_prompt(SequenceState& state, const std::vector<int32_t>& ids,
+                                         const std::vector<PatchifiedImage>& images, Answer& answer) {
+  if (thread_tuner) use_threads(thread_tuner->most());
+  const auto t_vision = Clock::now();
+  const std::optional<VisionFeatures> features = image_features(images);
+  if (features) answer.timings.vision_s = seconds_since(t_vision);
+  std::vector<ImageGrid> grids;
+  for (const PatchifiedImage& image : images) grids.push_back(image.grid);
+  ChunkedPrompt prompt{prompt_input(ids, grids, features, state.next_position)};
+  state.next_position = prompt.in.next_position;
+  state.context.insert(state.context.end(), ids.begin(), ids.end());
+  return prompt;
+}
+
+std::optional<std::vector<float>> Session::Impl::prefill_part(int64_t sequence, ChunkedPrompt& prompt, int64_t tokens,
+                                                              Answer& answer) {
+  if (thread_tuner) use_threads(thread_tuner->most());  // decode steps ran in between
+  const auto t_prefill = Clock::now();
+  const int64_t length = prompt.in.embeds.size(0);
+  const int64_t n = std::min(tokens, length - prompt.done);
+  std::optional<DeepstackInput> deepstack;
+  int64_t visual = 0;
+  if (prompt.in.deepstack) {
+    // The image tokens of this part, and their rows of each deepstack layer's features.
+    at::Tensor mask = prompt.in.deepstack->visual_mask.narrow(0, prompt.done, n);
+    visual = mask.sum().item<int64_t>();
+    if (visual > 0) {
+      deepstack.emplace();
+      deepstack->visual_mask = mask.contiguous();
+      for (const at::Tensor& f : prompt.in.deepstack->features)
+        deepstack->features.push_back(f.narrow(0, prompt.visual_done, visual).contiguous());
+    }
+  }
+  const at::Tensor logits =
+      decoder.prefill(sequence, prompt.in.embeds.narrow(0, prompt.done, n).contiguous(),
+                      prompt.in.positions.narrow(1, prompt.done, n).contiguous(), deepstack ? &*deepstack : nullptr);
+  prompt.done += n;
+  prompt.visual_done += visual;
+  answer.timings.prefill_s += seconds_since(t_prefill);
+  if (prompt.done < length) return std::nullopt;
+  return to_floats(logits);
 }
 
 bool Session::Impl::adapts_threads() const {

@@ -43,6 +43,14 @@ struct PromptInput {
   const DeepstackInput* deepstack_ptr() const { return deepstack ? &*deepstack : nullptr; }
 };
 
+// A prompt prefilled a part at a time (Session::serve_batch's prefill_chunk):
+// its whole input, made once, and how far the decoder has taken it.
+struct ChunkedPrompt {
+  PromptInput in;
+  int64_t done = 0;         // tokens prefilled
+  int64_t visual_done = 0;  // of those, image tokens
+};
+
 // Throws unless there is one preprocessed image per image part of the turn.
 void check_image_count(const std::vector<Message>& turn, const std::vector<PatchifiedImage>& images);
 
@@ -116,6 +124,14 @@ struct Session::Impl {
                                      const std::vector<PatchifiedImage>& images, Answer& answer,
                                      const SamplingOptions& sampling, Clock::time_point t_start,
                                      const TextCallback& on_text);
+  // start_reply() in parts: begin_prompt() encodes the images and makes the
+  // prompt's input (the sequence's state already counts the prompt), then each
+  // prefill_part() prefills up to `tokens` more of it; the last part returns
+  // the logits of the token after the prompt.
+  ChunkedPrompt begin_prompt(SequenceState& state, const std::vector<int32_t>& ids,
+                             const std::vector<PatchifiedImage>& images, Answer& answer);
+  std::optional<std::vector<float>> prefill_part(int64_t sequence, ChunkedPrompt& prompt, int64_t tokens,
+                                                 Answer& answer);
   // Opens the prompt cache (session_prompt_cache.cpp) if not yet open; false
   // when no folder can be had for it.
   bool open_prompt_cache();
