@@ -1,13 +1,17 @@
 #include "qvl/io/mapped_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <mutex>
 #include <utility>
 
 #include "qvl/error.h"
@@ -47,6 +51,93 @@ void advise_huge_pages(void* data, size_t size) {
 #endif
 }
 
+// ---------------------------------------------------------------- SIGBUS on a file that shrank
+// The handler runs on the thread whose read faulted, at any moment, so it
+// touches only these fixed slots (atomics and a copy of the path) and calls
+// only write(2), _exit and sigaction, which are async-signal-safe.
+struct WatchedMapping {
+  std::atomic<int> state{0};  // kFree, kChanging, kWatched
+  std::atomic<uintptr_t> begin{0}, end{0};
+  char path[1024];
+  const char* what = "file";
+};
+constexpr int kFree = 0, kChanging = 1, kWatched = 2;
+constexpr int kWatchedMappings = 256;  // more mappings at once go unwatched (a plain SIGBUS)
+WatchedMapping g_watched[kWatchedMappings];
+struct sigaction g_previous_sigbus;
+
+void write_all(const char* text, size_t n) {
+  while (n > 0) {
+    const ssize_t done = ::write(STDERR_FILENO, text, n);
+    if (done < 0 && errno == EINTR) continue;
+    if (done <= 0) return;
+    text += done;
+    n -= size_t(done);
+  }
+}
+
+[[noreturn]] void report_changed_file(const WatchedMapping& mapping) {
+  write_all(mapping.path, std::strlen(mapping.path));
+  write_all(": the ", 6);
+  write_all(mapping.what, std::strlen(mapping.what));
+  const char rest[] = " changed while it was being read\n";
+  write_all(rest, sizeof rest - 1);
+  ::_exit(1);
+}
+
+void on_sigbus(int, siginfo_t* info, void*) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(info->si_addr);
+  if (info->si_code > 0) {  // raised by a fault, not sent by kill
+    for (const WatchedMapping& mapping : g_watched) {
+      if (mapping.state.load(std::memory_order_acquire) != kWatched) continue;
+      if (address >= mapping.begin.load(std::memory_order_relaxed) &&
+          address < mapping.end.load(std::memory_order_relaxed))
+        report_changed_file(mapping);
+    }
+  }
+  // Not ours: the action from before. A fault happens again on return and
+  // gets it; a SIGBUS sent by kill is raised again (delivered on return).
+  ::sigaction(SIGBUS, &g_previous_sigbus, nullptr);
+  if (info->si_code <= 0) ::raise(SIGBUS);
+}
+
+void install_sigbus_handler() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction action {};
+    action.sa_sigaction = on_sigbus;
+    action.sa_flags = SA_SIGINFO;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(SIGBUS, &action, &g_previous_sigbus);
+  });
+}
+
+// The slot now watching [data, data + size), or -1 when all are taken.
+int watch_mapping(const void* data, size_t size, const std::string& path, const char* what) {
+  install_sigbus_handler();
+  for (int i = 0; i < kWatchedMappings; ++i) {
+    WatchedMapping& slot = g_watched[i];
+    int expected = kFree;
+    if (!slot.state.compare_exchange_strong(expected, kChanging, std::memory_order_acquire)) continue;
+    std::snprintf(slot.path, sizeof slot.path, "%s", path.c_str());
+    slot.what = what;
+    slot.begin.store(reinterpret_cast<uintptr_t>(data), std::memory_order_relaxed);
+    slot.end.store(reinterpret_cast<uintptr_t>(data) + size, std::memory_order_relaxed);
+    slot.state.store(kWatched, std::memory_order_release);
+    return i;
+  }
+  return -1;
+}
+
+void unwatch_mapping(int index) {
+  if (index < 0) return;
+  WatchedMapping& slot = g_watched[index];
+  slot.state.store(kChanging, std::memory_order_release);
+  slot.begin.store(0, std::memory_order_relaxed);
+  slot.end.store(0, std::memory_order_relaxed);
+  slot.state.store(kFree, std::memory_order_release);
+}
+
 }  // namespace
 
 void require_regular_file(const std::string& path) {
@@ -75,7 +166,7 @@ int open_regular_file(const std::string& path) {
   return fd;
 }
 
-MappedFile::MappedFile(const std::string& path) : path_(path) {
+MappedFile::MappedFile(const std::string& path, const char* what) : path_(path) {
   const int fd = open_regular_file(path);
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -93,11 +184,14 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     }
     data_ = static_cast<const uint8_t*>(p);
     advise_huge_pages(p, size_);
+    watch_slot_ = watch_mapping(p, size_, path, what);
   }
   fd_ = fd;
 }
 
 void MappedFile::release() {
+  unwatch_mapping(watch_slot_);  // before the range can be mapped again for something else
+  watch_slot_ = -1;
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
   if (fd_ >= 0) ::close(fd_);
   data_ = nullptr;
@@ -108,10 +202,12 @@ void MappedFile::release() {
 MappedFile::~MappedFile() { release(); }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
-    : path_(std::move(other.path_)), data_(other.data_), size_(other.size_), fd_(other.fd_) {
+    : path_(std::move(other.path_)), data_(other.data_), size_(other.size_), fd_(other.fd_),
+      watch_slot_(other.watch_slot_) {
   other.data_ = nullptr;
   other.size_ = 0;
   other.fd_ = -1;
+  other.watch_slot_ = -1;
 }
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
@@ -121,9 +217,11 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
     data_ = other.data_;
     size_ = other.size_;
     fd_ = other.fd_;
+    watch_slot_ = other.watch_slot_;
     other.data_ = nullptr;
     other.size_ = 0;
     other.fd_ = -1;
+    other.watch_slot_ = -1;
   }
   return *this;
 }

@@ -10,10 +10,14 @@
 
 namespace qvl {
 
+// A file truncated while it is mapped makes a read of its lost pages raise
+// SIGBUS. qvl then prints "PATH: the WHAT changed while it was being read"
+// (`what`: a string literal such as "checkpoint") and exits 1, instead of
+// dying without a word; a SIGBUS elsewhere keeps its usual action.
 class MappedFile {
  public:
   MappedFile() = default;
-  explicit MappedFile(const std::string& path);  // throws qvl::Error
+  explicit MappedFile(const std::string& path, const char* what = "file");  // throws qvl::Error
   ~MappedFile();
   MappedFile(MappedFile&& other) noexcept;
   MappedFile& operator=(MappedFile&& other) noexcept;
@@ -37,6 +41,7 @@ class MappedFile {
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
   int fd_ = -1;  // the mapped file itself, for read_into
+  int watch_slot_ = -1;  // its entry among the mappings the SIGBUS handler knows, or -1
 };
 
 // Maps the pages of [data, data + nbytes) (inside a read-only file mapping)

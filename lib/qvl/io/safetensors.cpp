@@ -67,7 +67,7 @@ int64_t TensorView::numel() const {
   return n;
 }
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
+SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path, "checkpoint") {
   const size_t size = file_.size();
   if (size < 8) throw Error(path + ": not a safetensors file (shorter than its 8-byte header length)");
   uint64_t header_len = 0;
