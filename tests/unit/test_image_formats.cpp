@@ -309,12 +309,12 @@ TEST_CASE("hostile page counts: bounded, quick, and no allocation per page") {
 }
 
 namespace {
-// A one-page PDF (an empty page) whose page object has this MediaBox text.
-std::vector<uint8_t> one_page_pdf(const std::string& media_box) {
+// A one-page PDF (an empty page) whose page object has these entries besides its type and parent.
+std::vector<uint8_t> one_page_pdf(const std::string& page_entries) {
   const std::string objects[] = {
       "<< /Type /Catalog /Pages 2 0 R >>",
       "<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-      "<< /Type /Page /Parent 2 0 R /MediaBox " + media_box + " >>",
+      "<< /Type /Page /Parent 2 0 R " + page_entries + " >>",
   };
   std::string out = "%PDF-1.4\n";
   std::vector<size_t> offsets;
@@ -333,8 +333,8 @@ std::vector<uint8_t> one_page_pdf(const std::string& media_box) {
   return std::vector<uint8_t>(out.begin(), out.end());
 }
 
-std::string pdf_error(const std::string& media_box) {
-  const std::vector<uint8_t> pdf = one_page_pdf(media_box);
+std::string pdf_error(const std::string& page_entries) {
+  const std::vector<uint8_t> pdf = one_page_pdf(page_entries);
   DecodeRequest request;
   request.pdf_dpi = 72;
   try {
@@ -350,9 +350,10 @@ TEST_CASE("a PDF page whose MediaBox poppler cannot use is an error, not a US Le
   // poppler reads each of these as 612 x 792 points without a word.
   for (const char* box : {"[0 0 0 0]", "[0 0 1e30 1e30]", "[0 0 a b]", "[0 0 612]"}) {
     CAPTURE(box);
-    CHECK(pdf_error(box) == std::string("box.pdf: PDF page 1 has no usable MediaBox (") + box +
-                                "); qvl will not guess its size");
+    CHECK(pdf_error(std::string("/MediaBox ") + box) ==
+          std::string("box.pdf: PDF page 1 has no usable MediaBox (") + box + "); qvl will not guess its size");
   }
+  CHECK(pdf_error("") == "box.pdf: PDF page 1 has no usable MediaBox (the file has none); qvl will not guess its size");
   // A page that is Letter, or any other readable size, renders at that size.
   DecodeRequest request;
   request.pdf_dpi = 72;
@@ -360,11 +361,14 @@ TEST_CASE("a PDF page whose MediaBox poppler cannot use is an error, not a US Le
        {std::tuple<const char*, int, int>{"[0 0 612 792]", 612, 792}, {"[ 0 0 612.0 792 ]", 612, 792},
         {"[-5 10 195 110]", 200, 100}}) {
     CAPTURE(box);
-    const std::vector<uint8_t> pdf = one_page_pdf(box);
+    const std::vector<uint8_t> pdf = one_page_pdf(std::string("/MediaBox ") + box);
     const RgbImage image = decode_image(pdf.data(), pdf.size(), "box.pdf", {}, request);
     CHECK(image.width == width);
     CHECK(image.height == height);
   }
+  // Where the boxes may be out of sight (compressed in object streams), poppler's size is believed.
+  const std::vector<uint8_t> hidden = one_page_pdf("/MediaBox [0 0 0 0] /PieceInfo /ObjStm");
+  CHECK(decode_image(hidden.data(), hidden.size(), "box.pdf", {}, request).width == 612);
 }
 
 TEST_CASE("a TIFF whose strip is cut short says so plainly") {

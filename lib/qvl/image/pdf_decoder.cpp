@@ -340,7 +340,6 @@ std::string guessed_page_size(const uint8_t* data, size_t size) {
   const char* begin = reinterpret_cast<const char*>(data);
   const char* end = begin + size;
   const std::string key = "/MediaBox", object_stream = "/ObjStm";
-  if (std::search(begin, end, object_stream.begin(), object_stream.end()) != end) return "";
   std::string first_unusable;
   bool any = false;
   for (const char* at = std::search(begin, end, key.begin(), key.end()); at != end;
@@ -355,6 +354,8 @@ std::string guessed_page_size(const uint8_t* data, size_t size) {
       return "";
     }
   }
+  // Checked last: a Letter page usually says so early, and this reads the whole file.
+  if (std::search(begin, end, object_stream.begin(), object_stream.end()) != end) return "";
   if (!any) return "the file has none";
   return first_unusable.empty() ? "the page has none" : first_unusable;
 }
