@@ -13,7 +13,8 @@
 #
 # Roots live in $QVL_ROOTS (default /var/tmp/qvl-roots): SUITE-base is what
 # debootstrap made, SUITE-work the copy the commands run in. Extra arguments
-# after -- go to scripts/test.sh. Needs root (debootstrap, chroot, mount).
+# after -- go to scripts/test.sh (ctest options, e.g. -R serve), and
+# QVL_SKIP_SANITIZE=1 reaches it too. Needs root (debootstrap, chroot, mount).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=$PWD
@@ -80,7 +81,7 @@ find "$DEST" -mindepth 1 -maxdepth 1 ! -name 'build*' -exec rm -rf {} +
 git ls-files -z --cached --others --exclude-standard | tar -C "$SRC" --null -T - -cf - | tar -C "$DEST" -xf -
 
 in_root() {
-  chroot "$WORK" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" \
+  chroot "$WORK" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" QVL_SKIP_SANITIZE="${QVL_SKIP_SANITIZE:-0}" \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"
 }
 if [ "$shell" -eq 1 ]; then
