@@ -75,10 +75,20 @@ grep -q "$(hostname)" "$WORK/etc/hosts" 2> /dev/null || echo "127.0.1.1 $(hostna
 
 # The checkout as it is (tracked and untracked files, not the ignored ones):
 # the commands build in there from nothing unless --reuse kept its build/.
+# Only files whose contents differ are copied, with the time of the copy:
+# restoring their own times could leave them older than a kept build's
+# objects, which would then not be rebuilt.
 DEST="$WORK/root/qvl"
+STAGE=$(mktemp -d)
+git ls-files -z --cached --others --exclude-standard | tar -C "$SRC" --null -T - -cf - | tar -C "$STAGE" -xf -
 mkdir -p "$DEST"
-find "$DEST" -mindepth 1 -maxdepth 1 ! -name 'build*' -exec rm -rf {} +
-git ls-files -z --cached --others --exclude-standard | tar -C "$SRC" --null -T - -cf - | tar -C "$DEST" -xf -
+(cd "$DEST" && find . -path './build*' -prune -o -type f -print0) | while IFS= read -r -d '' f; do
+  [ -e "$STAGE/$f" ] || rm -f "$DEST/$f"
+done
+(cd "$STAGE" && find . -type f -print0) | while IFS= read -r -d '' f; do
+  cmp -s "$STAGE/$f" "$DEST/$f" || { mkdir -p "$(dirname "$DEST/$f")" && cp -P --preserve=mode "$STAGE/$f" "$DEST/$f"; }
+done
+rm -rf "$STAGE"
 
 in_root() {
   chroot "$WORK" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" QVL_SKIP_SANITIZE="${QVL_SKIP_SANITIZE:-0}" \
