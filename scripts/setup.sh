@@ -11,7 +11,7 @@ with_tests=0
 [ "${1:-}" = --test ] && with_tests=1
 
 PACKAGES=(
-  build-essential cmake ninja-build pkg-config
+  build-essential cmake ninja-build pkg-config file
   libtorch-dev libopenblas0-pthread
   libcli11-dev libfmt-dev doctest-dev nlohmann-json3-dev
   libpng-dev libturbojpeg0-dev libjpeg62-turbo-dev
