@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -76,12 +77,28 @@ void write_all(const char* text, size_t n) {
   }
 }
 
+std::atomic<bool> g_reporting{false};
+
+// Appends text to line[used..] within capacity; returns the new length.
+size_t append(char* line, size_t used, size_t capacity, const char* text) {
+  const size_t n = std::min(std::strlen(text), capacity - used);
+  std::memcpy(line + used, text, n);
+  return used + n;
+}
+
+// Several threads reading the mapping can fault at once: the first one says
+// it, in one write so the line stays whole, and ends the process; the others
+// wait for that.
 [[noreturn]] void report_changed_file(const WatchedMapping& mapping) {
-  write_all(mapping.path, std::strlen(mapping.path));
-  write_all(": the ", 6);
-  write_all(mapping.what, std::strlen(mapping.what));
-  const char rest[] = " changed while it was being read\n";
-  write_all(rest, sizeof rest - 1);
+  if (g_reporting.exchange(true)) {
+    for (;;) ::pause();
+  }
+  char line[sizeof mapping.path + 64];
+  size_t used = append(line, 0, sizeof line, mapping.path);
+  used = append(line, used, sizeof line, ": the ");
+  used = append(line, used, sizeof line, mapping.what);
+  used = append(line, used, sizeof line, " changed while it was being read\n");
+  write_all(line, used);
   ::_exit(1);
 }
 
