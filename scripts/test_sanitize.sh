@@ -41,6 +41,7 @@ ninja -C build-asan -j 2 "${build_targets[@]}" >&2
 
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:check_initialization_order=1"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+export LSAN_OPTIONS="suppressions=$PWD/tests/lsan_suppressions.txt:print_suppressions=0"
 # The CLI tests' time bounds (tests/cli/test_cron.sh) allow for the sanitizers' slowdown.
 export QVL_TEST_TIME_SCALE=3
 # PDF pages render in process unless a test asks for a time limit itself: the
