@@ -7,6 +7,7 @@
 #include "qvl/decoder/rope.h"
 #include "qvl/decoder/weights.h"
 #include "qvl/error.h"
+#include "qvl/tensor/aten_backends.h"
 #include "qvl/tensor/linear.h"
 
 namespace qvl {
@@ -48,6 +49,7 @@ Decoder::Decoder(const Checkpoint& ckpt, const TextConfig& cfg, const DecoderOpt
   if (cfg.num_key_value_heads <= 0 || cfg.num_attention_heads % cfg.num_key_value_heads != 0)
     throw Error(fmt::format("num_attention_heads {} is not a multiple of num_key_value_heads {}",
                             cfg.num_attention_heads, cfg.num_key_value_heads));
+  tensor::configure_aten_backends();
   weights_ = std::make_unique<DecoderWeights>(ckpt, cfg, opts);
   rope_ = std::make_unique<MultimodalRope>(cfg);
   set_sequences(1);

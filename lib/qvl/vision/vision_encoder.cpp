@@ -14,6 +14,7 @@
 #include "qvl/io/cache_dir.h"
 #include "qvl/io/safetensors.h"
 #include "qvl/model/checkpoint_layout.h"  // vision_int8_weight_names
+#include "qvl/tensor/aten_backends.h"
 #include "qvl/vision/module_builder.h"
 #include "qvl/vision/patch_layers.h"
 #include "qvl/vision/positions.h"
@@ -114,6 +115,7 @@ VisionEncoder::VisionEncoder(const std::string& model_dir, const ModelConfig& cf
   d.ckpt = &ckpt;
   d.model_cfg = cfg;
   d.dtype = opts.dtype;
+  tensor::configure_aten_backends();
   configure_executor_once();
   const bool int8 = opts.native_blocks && opts.quant != WeightQuant::None;
   std::map<std::string, at::Tensor> params;

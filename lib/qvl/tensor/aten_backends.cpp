@@ -1,0 +1,16 @@
+#include "qvl/tensor/aten_backends.h"
+
+#include <ATen/Context.h>
+
+#include <mutex>
+
+namespace qvl::tensor {
+
+void configure_aten_backends() {
+#if defined(__aarch64__)
+  static std::once_flag once;
+  std::call_once(once, [] { at::globalContext().setUserEnabledMkldnn(false); });
+#endif
+}
+
+}  // namespace qvl::tensor
