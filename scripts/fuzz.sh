@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 
 SECONDS_PER_TARGET="${1:-60}"
 shift || true
-ALL_TARGETS=(safetensors checkpoint_index config tokenizer image chat jsonl webp tiff bmp gif pdf)
+ALL_TARGETS=(safetensors checkpoint_index config tokenizer image chat jsonl webp tiff bmp gif pdf cache)
 TARGETS=("${@:-${ALL_TARGETS[@]}}")
 
 if ! command -v clang++ >/dev/null; then
@@ -33,13 +33,17 @@ export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=0"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 
 failed=()
-printf '%-18s %10s %8s %8s %6s  %s\n' target executions exec/s cov ft result
+printf '%-18s %10s %8s %8s %6s %7s  %s\n' target executions exec/s cov ft corpus result
 for t in "${TARGETS[@]}"; do
   mkdir -p "build-fuzz/corpus/$t"
+  seeds=()
+  [ -d "tests/fuzz/corpus/$t" ] && seeds=("tests/fuzz/corpus/$t")
+  # The cache target's seeds are files written by qvl's own cache writers.
+  [ "$t" = cache ] && QVL_FUZZ_WRITE_SEEDS="build-fuzz/corpus/$t" build-fuzz/tests/fuzz/fuzz_cache
   log="build-fuzz/logs/$t.log"
   status=0
   # -malloc_limit_mb: a single allocation that large from a small input is a bug.
-  "build-fuzz/tests/fuzz/fuzz_$t" "build-fuzz/corpus/$t" "tests/fuzz/corpus/$t" \
+  "build-fuzz/tests/fuzz/fuzz_$t" "build-fuzz/corpus/$t" "${seeds[@]}" \
     -max_total_time="$SECONDS_PER_TARGET" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=512 \
     -max_len=65536 -print_final_stats=1 -artifact_prefix="build-fuzz/crashes/$t-" >"$log" 2>&1 || status=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
@@ -52,7 +56,8 @@ for t in "${TARGETS[@]}"; do
     result="FAILED (exit $status): see $log"
     failed+=("$t")
   fi
-  printf '%-18s %10s %8s %8s %6s  %s\n' "$t" "${execs:-?}" "${speed:-?}" "${cov:-?}" "${ft:-?}" "$result"
+  corpus=$(ls "build-fuzz/corpus/$t" | wc -l)
+  printf '%-18s %10s %8s %8s %6s %7s  %s\n' "$t" "${execs:-?}" "${speed:-?}" "${cov:-?}" "${ft:-?}" "$corpus" "$result"
 done
 
 if [ ${#failed[@]} -gt 0 ]; then

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -23,8 +24,13 @@
 #include "qvl/image/decode.h"
 #include "qvl/image/preprocess.h"
 #include "qvl/io/jsonl.h"
+#include "qvl/io/prompt_entry.h"
 #include "qvl/io/safetensors.h"
 #include "qvl/io/safetensors_writer.h"
+#include "qvl/kernels/int4_cache.h"
+#include "qvl/kernels/int8_cache.h"
+#include "qvl/kernels/quant.h"
+#include "qvl/kernels/quant4.h"
 #include "qvl/model/config.h"
 #include "qvl/text/chat.h"
 #include "qvl/text/tokenizer.h"
@@ -304,6 +310,81 @@ inline bool run_jsonl(const uint8_t* data, size_t size) {
   } catch (const Error&) {
     return false;
   }
+}
+
+// A quantized-weight cache file (kernels/int8_cache.h, int4_cache.h), read
+// as int8 and as int4 (the magic picks one). An accepted file's matrices are
+// used as the decoder uses them: every row dequantized, which reads every
+// byte the layout promises. The fuzz build skips the files' checksums
+// (FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION), so mutations reach these checks.
+inline bool run_weight_cache(const uint8_t* data, size_t size) {
+  MemoryFile file(data, size);
+  bool accepted = false;
+  std::vector<float> row;
+  try {
+    kernels::Int8Cache cache(file.path());
+    for (const auto& [name, m] : cache.matrices()) {
+      row.resize(size_t(m.cols));
+      for (int64_t r = 0; r < m.rows; ++r) kernels::dequantize_rows(m, r, 1, kernels::Storage::F32, row.data());
+    }
+    accepted = true;
+  } catch (const Error&) {
+  }
+  try {
+    kernels::Int4Cache cache(file.path());
+    for (const auto& [name, m] : cache.matrices()) {
+      row.resize(size_t(m.cols));
+      for (int64_t r = 0; r < m.rows; ++r) kernels::dequantize_int4_rows(m, r, 1, kernels::Storage::F32, row.data());
+    }
+    accepted = true;
+  } catch (const Error&) {
+  }
+  return accepted;
+}
+
+// A prompt-cache entry (io/prompt_entry.h). Its checksum is set to match the
+// bytes first, so mutations reach the header checks behind it; an accepted
+// entry's blocks are read end to end.
+inline bool run_prompt_entry(const uint8_t* data, size_t size) {
+  std::vector<uint8_t> bytes(data, data + size);
+  if (bytes.size() >= 16) {
+    const uint64_t sum = checksum64(bytes.data() + 16, bytes.size() - 16);
+    std::memcpy(bytes.data() + 8, &sum, sizeof sum);
+  }
+  MemoryFile file(bytes.data(), bytes.size());
+  try {
+    PromptEntryFile entry(file.path());
+    const PromptEntryHeader& h = entry.header();
+    uint64_t sum = 0;
+    for (int64_t layer = 0; layer < h.layout.layers; ++layer)
+      for (int kind : {0, 1}) {
+        const uint8_t* b = entry.block(layer, kind);
+        if (h.block_bytes() > 0) sum += b[0] + b[h.block_bytes() - 1];
+      }
+    return sum != 1;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// Small valid files of each kind, for the cache target's seed corpus
+// (fuzz_cache writes them when QVL_FUZZ_WRITE_SEEDS names a folder: scripts/fuzz.sh).
+inline void write_cache_seeds(const std::string& dir) {
+  std::vector<uint16_t> bf16(4 * 128);
+  for (size_t i = 0; i < bf16.size(); ++i) bf16[i] = uint16_t(0x3f80 + (i * 37) % 200);  // 1.0 .. ~2.5, varied
+  const kernels::Bf16Matrix w{bf16.data(), 4, 128};
+  const kernels::QuantizedMatrix q8 = kernels::quantize_int8(w, 64);
+  const kernels::QuantizedMatrix q8_row = kernels::quantize_int8(kernels::Bf16Matrix{bf16.data(), 2, 100}, kernels::kGroupPerRow);
+  kernels::write_int8_cache(dir + "/int8.bin", "decoder int8 seed", {{"a.weight", q8.view()}, {"b.weight", q8_row.view()}});
+  const kernels::QuantizedInt4Matrix q4 = kernels::quantize_int4(w);
+  kernels::write_int4_cache(dir + "/int4.bin", "decoder int4 seed", {{"a.weight", q4.view()}});
+  PromptEntryHeader h;
+  h.key = "seed prompt";
+  h.tokens = {1, 2, 3};
+  h.next_position = 3;
+  h.layout = {2, 1, 4, 2};
+  std::vector<uint8_t> payload(h.payload_bytes(), 7);
+  write_prompt_entry(dir + "/prompt.kv", h, {{payload.data(), payload.size()}});
 }
 
 }  // namespace qvl::fuzz

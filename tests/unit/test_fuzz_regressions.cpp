@@ -47,6 +47,9 @@ void replay(const std::string& target, const std::string& bytes) {
     fuzz::run_chat(data, bytes.size());
   } else if (target == "jsonl") {
     fuzz::run_jsonl(data, bytes.size());
+  } else if (target == "cache") {
+    fuzz::run_weight_cache(data, bytes.size());
+    fuzz::run_prompt_entry(data, bytes.size());
   } else {
     FAIL("no fuzz target named '" << target << "'");
   }
@@ -85,4 +88,22 @@ TEST_CASE("fuzz regression: a shape whose byte size wraps around 2^64 does not p
   // matched data_offsets [0, 0], so readers trusting numel() read past the file.
   const std::string path = regression_path("safetensors-shape-bytes-wrap.safetensors");
   CHECK_THROWS_WITH_AS(SafetensorsFile{path}, doctest::Contains("does not match dtype and shape"), Error);
+}
+
+TEST_CASE("cache fuzz harness: the seeds qvl's writers make are accepted, a flipped payload byte is not") {
+  std::string dir = (std::filesystem::temp_directory_path() / "qvl-fuzz-seeds-XXXXXX").string();
+  REQUIRE(::mkdtemp(dir.data()) != nullptr);
+  fuzz::write_cache_seeds(dir);
+  for (const char* name : {"int8.bin", "int4.bin"}) {
+    std::string bytes = read_text_file(dir + "/" + name);
+    const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
+    CHECK_MESSAGE(fuzz::run_weight_cache(data, bytes.size()), name);
+    // The first byte of the last matrix's params: blocks start 64-byte
+    // aligned, and the seeds' last block is shorter than 64 bytes.
+    bytes[(bytes.size() - 1) / 64 * 64] ^= 0x40;
+    CHECK_FALSE_MESSAGE(fuzz::run_weight_cache(data, bytes.size()), name);
+  }
+  const std::string entry = read_text_file(dir + "/prompt.kv");
+  CHECK(fuzz::run_prompt_entry(reinterpret_cast<const uint8_t*>(entry.data()), entry.size()));
+  std::filesystem::remove_all(dir);
 }

@@ -62,6 +62,7 @@ class Cursor {
   Cursor(const uint8_t* p, const uint8_t* end, const std::string& path) : p_(p), end_(end), path_(path) {}
   void bytes(void* out, uint64_t n) {
     need(n);
+    if (n == 0) return;  // out may be an empty vector's null data()
     std::memcpy(out, p_, n);
     p_ += n;
   }
