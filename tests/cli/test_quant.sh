@@ -3,14 +3,15 @@
 # every golden model case equals the reference's (and the bf16 run's); the int8
 # weight caches (the decoder's, and the vision tower's, made at the first image:
 # int8 and int4 both run the vision linears in int8) are made once in the cache
-# folder, reused by later runs, and rebuilt when damaged; a bad --quant value
-# is a usage error.
+# folder, reused by later runs, and rebuilt when damaged; a cache folder that
+# cannot be written leaves the weights in memory; a bad --quant value is a
+# usage error.
 source "$(dirname "$0")/common.sh" "$@"
 
 # A cache folder of our own: the int8 and int4 caches are ours.
 export QVL_CACHE_DIR="$TMP/cache"
 mkdir -p "$QVL_CACHE_DIR"
-cp "$DATA"/images/* "$TMP"/
+cp "$DATA"/images/*.* "$TMP"/
 
 python3 - "$DATA/goldens.json" "$TMP" <<'PY'
 import json, sys
@@ -211,6 +212,47 @@ check "a group-writable cache: rebuilt with a note saying why" \
   "grep -q 'rebuilding the int8 weight cache .*can be written by other users' '$TMP/gw.err' || dump '$TMP/gw.err'"
 check "a group-writable cache: the answer of a fresh cache" "same_tokens '$TMP/gw.out' '$TMP/one_image.int8.out'"
 check "the rebuilt cache is not group-writable" "[ -z \"\$(find '$CACHE' -perm -g+w)\" ]"
+
+# A cache folder that cannot be written costs a note, not the run: the weights
+# are quantized in memory and answer as a working cache's do. A regular file
+# as the folder (the write fails), a folder under a regular file and a
+# read-only mount (the folder is refused; the mount fails even for root).
+# The prompt cache is off in all of these runs: an unusable folder turns it off
+# too, and with it on the prompt is prefilled in two parts (the cached prefix,
+# then the rest), whose different rounding can change a late greedy token of
+# the tiny model on some CPU tiers.
+touch "$TMP/plainfile"
+for quant in int8 int4; do
+  "$QVL" ask --model "$MODEL" --messages "$TMP/one_image.json" --greedy -n 16 --quant $quant --json --prompt-cache off \
+    > "$TMP/working.$quant.out" 2> /dev/null
+done
+uncached() {  # uncached NAME FOLDER QUANT NOTE: one_image with FOLDER as $QVL_CACHE_DIR
+  QVL_CACHE_DIR="$2" "$QVL" ask --model "$MODEL" --messages "$TMP/one_image.json" --greedy -n 16 --quant "$3" --json \
+    --prompt-cache off > "$TMP/$1.out" 2> "$TMP/$1.err"
+  rc=$?
+  check "$1: exits 0" "[ $rc -eq 0 ] || dump '$TMP/$1.err'"
+  check "$1: one note says why the weight cache is not written" "[ \$(grep -c '$4' '$TMP/$1.err') -eq 1 ] || dump '$TMP/$1.err'"
+  check "$1: the answer of a working cache" "same_tokens '$TMP/$1.out' '$TMP/working.$3.out'"
+}
+uncached "int8, a file as the cache folder" "$TMP/plainfile" int8 \
+  "decoder int8 weight cache not saved: cannot create .*plainfile/decoder-int8.*Not a directory; .*in memory"
+uncached "int4, a file as the cache folder" "$TMP/plainfile" int4 \
+  "decoder int4 weight cache not saved: .*Not a directory; .*in memory"
+uncached "int8, a folder under a file" "$TMP/plainfile/sub" int8 \
+  "weight cache off: cache folder .*plainfile/sub cannot be created or written; .*in memory"
+uncached "int4, a folder under a file" "$TMP/plainfile/sub" int4 "weight cache off: .*plainfile/sub .*in memory"
+check "nothing was written beside the file" "[ -f '$TMP/plainfile' ] && [ ! -s '$TMP/plainfile' ] && [ -z \"\$(ls '$TMP' | grep '^plainfile.')\" ]"
+mkdir -p "$TMP/readonly"
+if mount --bind -o ro "$TMP/readonly" "$TMP/readonly" 2>/dev/null; then
+  if ! touch "$TMP/readonly/probe" 2>/dev/null; then
+    uncached "int8, a read-only folder" "$TMP/readonly" int8 "weight cache off: cache folder .*readonly cannot be created or written"
+  else
+    echo "skip: the read-only mount can be written"
+  fi
+  umount "$TMP/readonly"
+else
+  echo "skip: no read-only mount here (mount --bind needs root)"
+fi
 
 # An unknown quantization is a usage error (exit 2) naming the choices.
 "$QVL" ask --model "$MODEL" --quant int3 "Hello" > /dev/null 2> "$TMP/bad.err"

@@ -37,19 +37,28 @@ kernels::QuantizedInt4Matrix quantize(const TensorView& view) {
   return kernels::quantize_int4({static_cast<const uint16_t*>(w.data_ptr()), view.shape[0], view.shape[1]});
 }
 
-size_t build_cache(const std::string& path, const std::string& tag, const std::vector<QuantSource>& sources) {
-  std::vector<kernels::QuantizedInt4Matrix> quantized;
+QuantBuild<kernels::Int4Cache> build_cache(const std::string& path, const std::string& tag,
+                                           const std::vector<QuantSource>& sources) {
+  std::vector<std::pair<std::string, kernels::QuantizedInt4Matrix>> quantized;
   quantized.reserve(sources.size());
-  std::vector<std::pair<std::string, kernels::Int4Matrix>> entries;
-  size_t bytes = 0;
+  QuantBuild<kernels::Int4Cache> built;
   for (const QuantSource& s : sources) {
-    quantized.push_back(quantize(*s.view));
-    entries.emplace_back(s.name, quantized.back().view());
-    bytes += quantized.back().view().level_bytes() + quantized.back().view().param_bytes();
+    quantized.emplace_back(s.name, quantize(*s.view));
+    built.bytes += quantized.back().second.view().level_bytes() + quantized.back().second.view().param_bytes();
     release_pages(*s.view);
   }
-  write_beside_then_rename(path, [&](const std::string& own) { kernels::write_int4_cache(own, tag, entries); });
-  return bytes;
+  if (!path.empty()) {
+    std::vector<std::pair<std::string, kernels::Int4Matrix>> entries;
+    for (const auto& [name, m] : quantized) entries.emplace_back(name, m.view());
+    try {
+      write_beside_then_rename(path, [&](const std::string& own) { kernels::write_int4_cache(own, tag, entries); });
+      return built;
+    } catch (const Error& e) {
+      built.not_written = e.what();
+    }
+  }
+  built.in_memory = std::make_unique<kernels::Int4Cache>(tag, std::move(quantized));
+  return built;
 }
 
 }  // namespace
@@ -60,9 +69,8 @@ std::string int4_cache_path(const std::string& dir, const std::string& fingerpri
 
 std::unique_ptr<kernels::Int4Cache> load_int4_cache(const Checkpoint& ckpt, const std::vector<QuantSource>& sources,
                                                     const std::string& dir, const NoteCallback& on_note) {
-  if (dir.empty()) throw Error("int4 weights need a cache folder, and none was given");
   const std::string fingerprint = ckpt.fingerprint();
-  const std::string path = int4_cache_path(dir, fingerprint);
+  const std::string path = dir.empty() ? "" : int4_cache_path(dir, fingerprint);
   const std::string tag = cache_tag(fingerprint);
   return open_or_build_quant_cache<kernels::Int4Cache>(
       "int4", path, [&](const kernels::Int4Cache& cache) { return mismatch(cache, tag, sources); },

@@ -20,7 +20,8 @@ std::string int4_cache_path(const std::string& dir, const std::string& fingerpri
 // The mapped cache holding exactly `sources` in 4 bits. It is (re)built
 // first, written atomically, when missing, unreadable (truncated, corrupt
 // header) or stale (another tag, other matrices or shapes); on_note then
-// hears what is happening and how long it took.
+// hears what is happening and how long it took. With dir "", or a file
+// that cannot be written, the matrices are held in memory instead.
 std::unique_ptr<kernels::Int4Cache> load_int4_cache(const Checkpoint& ckpt, const std::vector<QuantSource>& sources,
                                                     const std::string& dir, const NoteCallback& on_note);
 

@@ -40,20 +40,28 @@ kernels::QuantizedMatrix quantize(const TensorView& view, int64_t group_size) {
   return kernels::quantize_int8(bf16, group_size);
 }
 
-size_t build_cache(const std::string& path, const std::string& tag, const std::vector<Int8Source>& sources,
-                   int64_t group_size) {
-  std::vector<kernels::QuantizedMatrix> quantized;
+QuantBuild<kernels::Int8Cache> build_cache(const std::string& path, const std::string& tag,
+                                           const std::vector<Int8Source>& sources, int64_t group_size) {
+  std::vector<std::pair<std::string, kernels::QuantizedMatrix>> quantized;
   quantized.reserve(sources.size());
-  std::vector<std::pair<std::string, kernels::Int8Matrix>> entries;
-  size_t bytes = 0;
+  QuantBuild<kernels::Int8Cache> built;
   for (const Int8Source& s : sources) {
-    quantized.push_back(quantize(*s.view, group_size));
-    entries.emplace_back(s.name, quantized.back().view());
-    bytes += quantized.back().view().weight_bytes() + quantized.back().view().scale_bytes();
+    quantized.emplace_back(s.name, quantize(*s.view, group_size));
+    built.bytes += quantized.back().second.view().weight_bytes() + quantized.back().second.view().scale_bytes();
     release_pages(*s.view);
   }
-  write_beside_then_rename(path, [&](const std::string& own) { kernels::write_int8_cache(own, tag, entries); });
-  return bytes;
+  if (!path.empty()) {
+    std::vector<std::pair<std::string, kernels::Int8Matrix>> entries;
+    for (const auto& [name, m] : quantized) entries.emplace_back(name, m.view());
+    try {
+      write_beside_then_rename(path, [&](const std::string& own) { kernels::write_int8_cache(own, tag, entries); });
+      return built;
+    } catch (const Error& e) {
+      built.not_written = e.what();
+    }
+  }
+  built.in_memory = std::make_unique<kernels::Int8Cache>(tag, std::move(quantized));
+  return built;
 }
 
 }  // namespace
@@ -67,9 +75,9 @@ std::unique_ptr<kernels::Int8Cache> load_int8_cache(const Checkpoint& ckpt, cons
                                                     const std::string& dir, int64_t group_size,
                                                     const NoteCallback& on_note, const std::string& part,
                                                     const std::string& file_part) {
-  if (dir.empty()) throw Error("int8 weights need a cache folder, and none was given");
   const std::string fingerprint = ckpt.fingerprint();
-  const std::string path = int8_cache_path(dir, fingerprint, group_size, file_part.empty() ? part : file_part);
+  const std::string path =
+      dir.empty() ? "" : int8_cache_path(dir, fingerprint, group_size, file_part.empty() ? part : file_part);
   const std::string tag = cache_tag(part, fingerprint, group_size);
 
   return open_or_build_quant_cache<kernels::Int8Cache>(

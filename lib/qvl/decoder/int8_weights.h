@@ -26,7 +26,8 @@ std::string int8_cache_path(const std::string& dir, const std::string& fingerpri
 // The mapped cache holding exactly `sources` quantized with group_size. It is
 // (re)built first, written atomically, when missing, unreadable (truncated,
 // corrupt header) or stale (another tag, other matrices or shapes); on_note
-// then hears what is happening and how long it took. part: whose matrices
+// then hears what is happening and how long it took; with dir "", or a
+// file that cannot be written, the matrices are held in memory. part: whose matrices
 // these are ("decoder" or "vision"; names the file and its tag, and the
 // notes); file_part, when not empty, names the file instead (a new set of
 // matrices for a part gets a file of its own, so binaries from before and

@@ -20,7 +20,8 @@ struct DecoderOptions {
   bool lazy = true;                      // false: load (and pre-fault) every weight in the constructor
   int64_t max_context = 4096;            // tokens the KV cache holds
   WeightQuant quant = WeightQuant::None;
-  // Int8 only: the folder of the quantized-weights cache (required), and the
+  // Int8 only: the folder of the quantized-weights cache ("": quantized in
+  // memory, not cached), and the
   // number of weights along a row that share one scale (a multiple of 64).
   std::string quant_cache_dir;
   int64_t int8_group_size = kDefaultInt8GroupSize;

@@ -9,8 +9,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <set>
 
 #include "qvl/error.h"
+#include "qvl/io/cache_dir.h"
 #include "qvl/io/paths.h"
 
 namespace qvl {
@@ -34,6 +37,20 @@ void write_beside_then_rename(const std::string& path, const std::function<void(
   if (std::rename(own.c_str(), path.c_str()) != 0) {
     std::remove(own.c_str());
     throw Error(fmt::format("cannot move the weight cache {} into place as {}", own, path));
+  }
+}
+
+std::string quant_cache_dir(const std::string& model_dir, const std::string& fingerprint, const std::string& chosen,
+                            const NoteCallback& on_note) {
+  try {
+    return model_cache_dir(model_dir, fingerprint, chosen);
+  } catch (const Error& e) {
+    static std::mutex mutex;
+    static std::set<std::string> said;
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (on_note && said.insert(e.what()).second)
+      on_note(std::string("weight cache off: ") + e.what() + "; the weights are quantized in memory for this run");
+    return "";
   }
 }
 

@@ -48,6 +48,15 @@ Int4Cache::Int4Cache(const std::string& path) : file_(path) {
   cache_file::verify_blocks(file_, header.entries, block_bytes);
 }
 
+Int4Cache::Int4Cache(std::string tag, std::vector<std::pair<std::string, QuantizedInt4Matrix>> matrices) : tag_(std::move(tag)) {
+  owned_.reserve(matrices.size());
+  for (auto& [name, m] : matrices) {
+    owned_.push_back(std::move(m));  // the view keeps pointing at the moved storage
+    if (!matrices_.emplace(name, owned_.back().view()).second)
+      throw Error(fmt::format("int4 matrices: '{}' appears twice", name));
+  }
+}
+
 const Int4Matrix* Int4Cache::find(const std::string& name) const {
   const auto it = matrices_.find(name);
   return it == matrices_.end() ? nullptr : &it->second;

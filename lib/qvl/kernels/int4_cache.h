@@ -28,6 +28,8 @@ void write_int4_cache(const std::string& path, const std::string& tag,
 class Int4Cache {
  public:
   explicit Int4Cache(const std::string& path);  // validates everything, checksums too; throws qvl::Error
+  // The same matrices held in memory, for a run whose cache file cannot be written.
+  Int4Cache(std::string tag, std::vector<std::pair<std::string, QuantizedInt4Matrix>> matrices);
   const std::string& tag() const { return tag_; }
   const std::map<std::string, Int4Matrix>& matrices() const { return matrices_; }
   const Int4Matrix* find(const std::string& name) const;
@@ -37,6 +39,7 @@ class Int4Cache {
   MappedFile file_;
   std::string tag_;
   std::map<std::string, Int4Matrix> matrices_;
+  std::vector<QuantizedInt4Matrix> owned_;  // the in-memory matrices' storage
 };
 
 }  // namespace qvl::kernels

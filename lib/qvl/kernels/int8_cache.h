@@ -27,6 +27,8 @@ void write_int8_cache(const std::string& path, const std::string& tag,
 class Int8Cache {
  public:
   explicit Int8Cache(const std::string& path);  // validates everything, checksums too; throws qvl::Error
+  // The same matrices held in memory, for a run whose cache file cannot be written.
+  Int8Cache(std::string tag, std::vector<std::pair<std::string, QuantizedMatrix>> matrices);
   const std::string& tag() const { return tag_; }
   const std::map<std::string, Int8Matrix>& matrices() const { return matrices_; }
   const Int8Matrix* find(const std::string& name) const;
@@ -36,6 +38,7 @@ class Int8Cache {
   MappedFile file_;
   std::string tag_;
   std::map<std::string, Int8Matrix> matrices_;
+  std::vector<QuantizedMatrix> owned_;  // the in-memory matrices' storage
 };
 
 }  // namespace qvl::kernels

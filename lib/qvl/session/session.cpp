@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "qvl/decoder/decoder.h"
+#include "qvl/decoder/quant_cache.h"  // quant_cache_dir
 #include "qvl/error.h"
 #include "qvl/image/decode.h"
 #include "qvl/image/image_budget.h"
@@ -63,7 +64,7 @@ DecoderOptions decoder_options(const SessionOptions& o, const Checkpoint& ckpt, 
   d.quant = o.quant;
   if (d.quant != WeightQuant::None) {
     // One folder per model holds everything derived from it (io/cache_dir.h).
-    d.quant_cache_dir = model_cache_dir(o.model_dir, ckpt.fingerprint(), o.cache_dir);
+    d.quant_cache_dir = quant_cache_dir(o.model_dir, ckpt.fingerprint(), o.cache_dir, o.on_note);
     d.on_note = o.on_note;
   }
   return d;

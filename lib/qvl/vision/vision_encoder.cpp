@@ -10,8 +10,8 @@
 #include <mutex>
 #include <optional>
 
+#include "qvl/decoder/quant_cache.h"  // quant_cache_dir
 #include "qvl/error.h"
-#include "qvl/io/cache_dir.h"
 #include "qvl/io/safetensors.h"
 #include "qvl/model/checkpoint_layout.h"  // vision_int8_weight_names
 #include "qvl/tensor/aten_backends.h"
@@ -123,7 +123,7 @@ VisionEncoder::VisionEncoder(const std::string& model_dir, const ModelConfig& cf
     // The linears come from the int8 cache and the rest straight from the
     // checkpoint, as the module would hold them; the module, whose bf16
     // linears are not needed, is not made.
-    const std::string dir = model_cache_dir(model_dir, ckpt.fingerprint(), opts.cache_dir);
+    const std::string dir = quant_cache_dir(model_dir, ckpt.fingerprint(), opts.cache_dir, opts.on_note);
     d.int8 = load_vision_int8_cache(cfg, ckpt, dir, opts.on_note);
     params = vision_parameters(cfg, ckpt, opts.dtype, vision_int8_weight_names(cfg.vision));
   } else {

@@ -16,6 +16,7 @@ std::unique_ptr<kernels::Int8Cache> load_vision_int8_cache(const ModelConfig& cf
   for (const std::string& name : vision_int8_weight_names(cfg.vision))
     sources.push_back({name, &ckpt.get("model.visual." + name)});
   auto cache = load_int8_cache(ckpt, sources, dir, kDefaultInt8GroupSize, on_note, "vision", kVisionInt8FilePart);
+  if (dir.empty()) return cache;  // in memory: no folder to tidy
   // The file of the set before the mergers joined, made from this checkpoint:
   // nothing reads it any more, and it is 311 MB on the 2B.
   const std::string previous = int8_cache_path(dir, ckpt.fingerprint(), kDefaultInt8GroupSize, "vision");

@@ -25,7 +25,8 @@ class Checkpoint;
 inline constexpr const char* kVisionInt8FilePart = "vision-mergers";
 
 // The mapped cache of those weights, built first (atomically; a note through
-// on_note) when missing, damaged or made from other weights. Throws qvl::Error.
+// on_note) when missing, damaged or made from other weights; held in memory
+// when dir is "" or the file cannot be written. Throws qvl::Error.
 std::unique_ptr<kernels::Int8Cache> load_vision_int8_cache(const ModelConfig& cfg, const Checkpoint& ckpt,
                                                            const std::string& dir, const NoteCallback& on_note);
 
