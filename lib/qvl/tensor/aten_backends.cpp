@@ -13,4 +13,12 @@ void configure_aten_backends() {
 #endif
 }
 
+bool aten_bf16_is_inexact() {
+#if defined(__aarch64__)
+  return true;
+#else
+  return false;
+#endif
+}
+
 }  // namespace qvl::tensor

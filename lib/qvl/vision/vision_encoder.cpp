@@ -60,6 +60,10 @@ struct VisionEncoder::Impl {
   // Made at construction, except with int8 vision, where only block_input
   // and the TorchScript forward need it and make it at their first call.
   std::optional<torch::jit::Module> module;
+  // The module again in float32, for the TorchScript forward of a bf16
+  // encoder where ATen's bf16 is inexact (tensor/aten_backends.h); made at
+  // its first use, which only the tests and `qvl export` reach.
+  std::optional<torch::jit::Module> widened;
   // int8 vision: the linears' int8 weights, mapped from the cache file.
   std::unique_ptr<kernels::Int8Cache> int8;
   // The native tower (null: the module's forward runs everything): the
@@ -92,6 +96,17 @@ struct VisionEncoder::Impl {
       module->eval();
     }
     return *module;
+  }
+
+  // The module whose forward runs, and whether its outputs need rounding to dtype.
+  torch::jit::Module& forward_module(bool& round_outputs) {
+    round_outputs = dtype == at::kBFloat16 && tensor::aten_bf16_is_inexact();
+    if (!round_outputs) return script();
+    if (!widened) {
+      widened = build_vision_module(model_cfg, *ckpt, at::kFloat);
+      widened->eval();
+    }
+    return *widened;
   }
 
   VisionPositions positions_for(const at::Tensor& pixel_values, const std::vector<ImageGrid>& grids) const {
@@ -148,15 +163,18 @@ VisionFeatures VisionEncoder::encode(const at::Tensor& pixel_values, const std::
   VisionPositions pos = impl_->positions_for(pixel_values, grids);
   // No-grad rather than inference mode: callers may still update the features in place.
   at::NoGradGuard no_autograd;
+  bool round_outputs = false;
   auto result = run_module([&] {
     if (impl_->blocks) return impl_->forward_native(pixel_values.contiguous(), pos);
-    return impl_->script().forward({pixel_values.contiguous(), pos.pos_index, pos.pos_weight, pos.rope_cos,
-                                  pos.rope_sin, c10::List<int64_t>(pos.seq_lens)});
+    return impl_->forward_module(round_outputs)
+        .forward({pixel_values.contiguous(), pos.pos_index, pos.pos_weight, pos.rope_cos, pos.rope_sin,
+                  c10::List<int64_t>(pos.seq_lens)});
   });
+  const auto as_dtype = [&](const at::Tensor& t) { return round_outputs ? t.to(impl_->dtype) : t; };
   auto outputs = result.toTuple()->elements();
   VisionFeatures features;
-  features.embeds = outputs.at(0).toTensor();
-  for (const auto& t : outputs.at(1).toTensorVector()) features.deepstack.push_back(t);
+  features.embeds = as_dtype(outputs.at(0).toTensor());
+  for (const auto& t : outputs.at(1).toTensorVector()) features.deepstack.push_back(as_dtype(t));
   const size_t expected = impl_->model_cfg.vision.deepstack_visual_indexes.size();
   if (features.deepstack.size() != expected)
     throw Error(fmt::format("vision module gives {} deepstack features but config.json lists {}",
@@ -167,10 +185,13 @@ VisionFeatures VisionEncoder::encode(const at::Tensor& pixel_values, const std::
 at::Tensor VisionEncoder::block_input(const at::Tensor& pixel_values, const std::vector<ImageGrid>& grids) {
   VisionPositions pos = impl_->positions_for(pixel_values, grids);
   at::NoGradGuard no_autograd;
-  return run_module([&] {
-    return impl_->script().get_method("block_input")({pixel_values.contiguous(), pos.pos_index, pos.pos_weight})
+  bool round_output = false;
+  at::Tensor x = run_module([&] {
+    return impl_->forward_module(round_output)
+        .get_method("block_input")({pixel_values.contiguous(), pos.pos_index, pos.pos_weight})
         .toTensor();
   });
+  return round_output ? x.to(impl_->dtype) : x;
 }
 
 }  // namespace qvl
