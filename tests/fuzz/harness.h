@@ -226,6 +226,10 @@ inline bool run_image(const uint8_t* data, size_t size) {
   ImageLimits limits;
   limits.max_pixels = 1 << 18;
   limits.max_pages = 64;
+  // PDF pages render in this process: the fuzzer is after poppler's and
+  // qvl's parsing, and a child made by _Fork under ASan can stall on a lock
+  // of ASan's allocator (scripts/test_sanitize.sh). A hang shows as a timeout.
+  limits.page_timeout_s = 0;
   PreprocessorConfig cfg;
   cfg.min_pixels = 32 * 32;
   cfg.max_pixels = 128 * 128;

@@ -86,6 +86,22 @@ struct PngReader {
   }
 };
 
+// The bytes up to the first chunk other than pixel data that claims more
+// data than the file has left: libpng allocates such a chunk's stated length
+// before reading it (1.6 GB for a forged eXIf length in a 150-byte file), so
+// it is not shown that chunk and finds the file cut short there instead. Pixel
+// data (IDAT) is streamed, and a cut there is reported as it always was.
+size_t whole_chunks_size(const uint8_t* data, size_t size) {
+  size_t pos = 8;  // the signature
+  while (pos + 8 <= size) {
+    const uint64_t length = uint64_t(data[pos]) << 24 | uint64_t(data[pos + 1]) << 16 | uint64_t(data[pos + 2]) << 8 |
+                            data[pos + 3];
+    if (length + 12 > size - pos) return std::memcmp(data + pos + 4, "IDAT", 4) == 0 ? size : pos;
+    pos += length + 12;
+  }
+  return size;
+}
+
 int png_orientation(png_structp png, png_infop info) {
   png_uint_32 size = 0;
   png_bytep exif = nullptr;
@@ -97,7 +113,7 @@ int png_orientation(png_structp png, png_infop info) {
 
 RgbImage decode_png(const uint8_t* data, size_t size, const std::string& name, const ImageLimits& limits,
                     int* orientation) {
-  PngInput input{data, size, 0, {}};
+  PngInput input{data, whole_chunks_size(data, size), 0, {}};
   PngReader reader;
   reader.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &input, on_png_error, ignore_png_warning);
   if (!reader.png) throw Error(fmt::format("{}: cannot initialise the PNG decoder", name));
