@@ -8,7 +8,8 @@
 #
 #   scripts/test_sanitize.sh            qvl_unit_tests
 #   scripts/test_sanitize.sh --model    also qvl_model_tests (torch; slow to build)
-#   scripts/test_sanitize.sh --cli      unit tests, the qvl binary, and every CLI test runs it
+#   scripts/test_sanitize.sh --cli      unit tests, the qvl binary, and the CLI tests labelled
+#                                       sanitized* in tests/CMakeLists.txt run it
 #                                       (what scripts/test.sh runs: the CLI tests drive the
 #                                       decoder, vision and session code the model suite tests,
 #                                       and skipping the model suite's ASan build keeps the
@@ -64,7 +65,7 @@ done
 if [ "$with_cli" -eq 1 ]; then
   echo "test_sanitize: running the CLI tests against the sanitized qvl" >&2
   # Leak checking stays on; abort_on_error makes a finding fail the script's checks.
-  if ! (cd build-asan && ctest -R '^cli_' -j 2 --output-on-failure >&2); then
+  if ! (cd build-asan && ctest -R '^cli_' -L '^sanitized' -j 2 --output-on-failure >&2); then
     echo "test_sanitize: CLI tests FAILED under ASan+UBSan" >&2
     status=1
   fi
