@@ -328,6 +328,7 @@ inline bool run_weight_cache(const uint8_t* data, size_t size) {
   try {
     kernels::Int8Cache cache(file.path());
     for (const auto& [name, m] : cache.matrices()) {
+      if (m.cols == 0) continue;  // nothing to read, in any number of rows
       row.resize(size_t(m.cols));
       for (int64_t r = 0; r < m.rows; ++r) kernels::dequantize_rows(m, r, 1, kernels::Storage::F32, row.data());
     }
@@ -337,6 +338,7 @@ inline bool run_weight_cache(const uint8_t* data, size_t size) {
   try {
     kernels::Int4Cache cache(file.path());
     for (const auto& [name, m] : cache.matrices()) {
+      if (m.cols == 0) continue;
       row.resize(size_t(m.cols));
       for (int64_t r = 0; r < m.rows; ++r) kernels::dequantize_int4_rows(m, r, 1, kernels::Storage::F32, row.data());
     }

@@ -24,7 +24,8 @@ void validate_int8_layout(const Int8Matrix& m, const std::string& what) {
     throw Error(fmt::format("{}: negative shape {}x{}", what, m.rows, m.cols));
   if (m.group_size <= 0 || m.group_size % kInt8Chunk != 0)
     throw Error(fmt::format("{}: group size {} is not a positive multiple of {}", what, m.group_size, kInt8Chunk));
-  if (m.padded_cols > (int64_t(1) << 40) || (m.padded_cols > 0 && m.rows > (int64_t(1) << 40) / m.padded_cols))
+  if (m.rows > (int64_t(1) << 40) || m.padded_cols > (int64_t(1) << 40) ||
+      (m.padded_cols > 0 && m.rows > (int64_t(1) << 40) / m.padded_cols))
     throw Error(fmt::format("{}: implausibly large shape {}x{}", what, m.rows, m.padded_cols));
   if (m.padded_cols < m.cols || m.padded_cols % m.group_size != 0 || m.padded_cols - m.cols >= m.group_size)
     throw Error(fmt::format("{}: padded width {} does not fit {} columns in groups of {}", what, m.padded_cols,
